@@ -1,0 +1,101 @@
+"""What the gateway adds: latency and CPU, measured against calling the simulator directly.
+
+Run by hand (not a test): `.venv/bin/python benchmarks/overhead.py [--requests 400]`.
+For concurrency 1 and 50 it sends the same requests straight to a simulated endpoint and through the
+gateway, and prints p50/p99 of non-streaming latency and of streaming time to first byte, the
+difference (the gateway's overhead), and the gateway process's CPU time per request. The simulator
+runs with no jitter, so both paths see the same upstream timing; the machine is shared and noisy, so
+compare figures from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.harness import GatewayProcess, catalogue_for
+
+BODY = {"model": "bench", "max_tokens": 16, "messages": [{"role": "user", "content": "Say something."}]}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def one(client: httpx.AsyncClient, url: str, stream: bool) -> float:
+    body = {**BODY, "stream": stream}
+    start = time.perf_counter()
+    if stream:
+        async with client.stream("POST", url, json=body) as r:
+            first = 0.0
+            async for _ in r.aiter_raw():
+                first = first or time.perf_counter() - start
+        assert r.status_code == 200
+        return first
+    r = await client.post(url, json=body)
+    assert r.status_code == 200, r.text
+    return time.perf_counter() - start
+
+
+async def run(url: str, stream: bool, concurrency: int, total: int) -> list[float]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        for _ in range(min(20, total)):  # warm the pools
+            await one(client, url, stream)
+        out: list[float] = []
+        queue = iter(range(total))
+
+        async def worker() -> None:
+            for _ in queue:
+                out.append(await one(client, url, stream))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=400)
+    args = parser.parse_args()
+    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
+                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
+    with SimProcess(sim_cfg) as sim:
+        catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]})
+        with GatewayProcess(catalogue) as gw:
+            direct = sim.base_url("bench") + "/chat/completions"
+            via = gw.base_url + "/chat/completions"
+            print(f"{'mode':<22}{'conc':>5}{'direct p50':>12}{'gw p50':>10}{'added p50':>11}"
+                  f"{'direct p99':>12}{'gw p99':>10}{'added p99':>11}{'gw CPU/req':>12}")
+            for stream in (False, True):
+                for concurrency in (1, 50):
+                    d = asyncio.run(run(direct, stream, concurrency, args.requests))
+                    cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
+                    g = asyncio.run(run(via, stream, concurrency, args.requests))
+                    cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (args.requests + 20)  # type: ignore[union-attr]
+                    mode = "stream: first byte" if stream else "non-stream: latency"
+                    ms = 1000
+                    print(f"{mode:<22}{concurrency:>5}{pct(d, .5) * ms:>10.2f}ms{pct(g, .5) * ms:>8.2f}ms"
+                          f"{(pct(g, .5) - pct(d, .5)) * ms:>9.2f}ms{pct(d, .99) * ms:>10.2f}ms"
+                          f"{pct(g, .99) * ms:>8.2f}ms{(pct(g, .99) - pct(d, .99)) * ms:>9.2f}ms"
+                          f"{cpu * 1e6:>9.0f} µs")
+            print(f"(mean of direct non-stream at c=1 for scale: {statistics.mean(d) * 1000:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()

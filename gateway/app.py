@@ -1,0 +1,131 @@
+"""`create_app(config)`: the HTTP surface of the gateway, and the one place errors are rendered.
+
+Routes are thin: `/v1/chat/completions` hands over to `pipeline.handle()`; the rest read the catalogue
+or the telemetry view. Every response carries `x-request-id` (the client's, if it sent a sane one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import pipeline
+from gateway.config import Config
+from gateway.endpoint_view import endpoint_json
+from gateway.errors import GatewayError, InvalidRequest, error_body
+from gateway.services import Services, open_services
+from gateway.upstream import TransportFactory
+
+log = logging.getLogger("ultraroute")
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+WINDOWS_S = frozenset({60, 300, 1800})
+
+
+class RequestIdMiddleware:
+    """Give every request an id (`scope["state"]["request_id"]`) and echo it as `x-request-id`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = ""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                candidate = value.decode("latin-1")
+                # Only a plain token goes back into a header: no header injection through the id.
+                request_id = candidate if _SAFE_REQUEST_ID.match(candidate) else ""
+                break
+        request_id = request_id or os.urandom(12).hex()
+        scope.setdefault("state", {})["request_id"] = request_id
+        raw_id = request_id.encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = message.setdefault("headers", [])
+                if not any(k == b"x-request-id" for k, _ in headers):
+                    headers.append((b"x-request-id", raw_id))
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def render_error(err: GatewayError) -> Response:
+    return Response(error_body(err), status_code=err.status, media_type="application/json",
+                    headers=err.headers())
+
+
+def create_app(config: Config, *, transport_factory: TransportFactory | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_services(config, transport_factory) as services:
+            app.state.services = services
+            missing = [p.name for p in config.catalogue.providers.values() if p.key_missing]
+            if missing:
+                log.warning("providers without a key (their endpoints are unavailable): %s",
+                            ", ".join(sorted(missing)))
+            yield
+
+    app = FastAPI(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(RequestIdMiddleware)
+
+    def services_of(request: Request) -> Services:
+        return request.app.state.services  # type: ignore[no-any-return]
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        return render_error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        err = GatewayError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
+        err.status = exc.status_code
+        err.type = "invalid_request_error"
+        return render_error(err)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error in request %s", request.scope.get("state", {}).get("request_id"))
+        return render_error(GatewayError("Internal error in the gateway."))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await pipeline.handle(request, services_of(request), request.scope["state"]["request_id"])
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> JSONResponse:
+        catalogue = services_of(request).config.catalogue
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "ultraroute",
+             "aliases": [a for a, m in catalogue.aliases.items() if m == name],
+             "endpoints": [e.id for e in endpoints]}
+            for name, endpoints in catalogue.models.items()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/v1/endpoints")
+    async def endpoints(request: Request, window_s: int = 300) -> JSONResponse:
+        """Every endpoint of every model: catalogue facts and live stats over the last `window_s`."""
+        if window_s not in WINDOWS_S:
+            raise InvalidRequest(f"'window_s' must be one of {sorted(WINDOWS_S)}.", param="window_s")
+        services = services_of(request)
+        telemetry = services.telemetry
+        data = [endpoint_json(e, telemetry.stats(e.key, window_s))
+                for e in services.config.catalogue.endpoints()]
+        return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/healthz")
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return app

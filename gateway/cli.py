@@ -1,0 +1,116 @@
+"""The `ultraroute` command: serve, simulate, check, policies, stats, demo.
+
+Argument parsing only; each subcommand calls into the module that does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gateway.config import ConfigError, load_catalogue, load_config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    config = load_config(Path(args.config), Path(args.policies) if args.policies else None)
+    app = create_app(config)
+    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools",
+                access_log=False, log_level=args.log_level, lifespan="on")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gateway.simulator import SimConfigError, run
+
+    try:
+        run(Path(args.config))
+    except (SimConfigError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from gateway.report import print_catalogue
+
+    catalogue, _ = load_catalogue(Path(args.file))
+    print_catalogue(catalogue, args.file)
+    return 0
+
+
+def _policies(args: argparse.Namespace) -> int:
+    from gateway.policy import load_policies
+    from gateway.report import print_policies
+
+    print_policies(load_policies(Path(args.dir)))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from gateway.report import watch_stats
+
+    watch_stats(args.url, args.interval, once=args.once)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from gateway.demo import run_demo
+
+    return run_demo(port=args.port, warmup=not args.no_warmup)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ultraroute", description="A speed-aware routing gateway.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", default="providers.yaml")
+    serve.add_argument("--policies", default="policies", help="directory of named policies ('' for none)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(func=_serve)
+
+    simulate = sub.add_parser("simulate", help="run simulated OpenAI-compatible providers")
+    simulate.add_argument("--config", default="sim.yaml")
+    simulate.set_defaults(func=_simulate)
+
+    check = sub.add_parser("check", help="validate a catalogue and print it")
+    check.add_argument("file", nargs="?", default="providers.yaml")
+    check.set_defaults(func=_check)
+
+    policies = sub.add_parser("policies", help="validate and list the named policies")
+    policies.add_argument("--dir", default="policies")
+    policies.set_defaults(func=_policies)
+
+    stats = sub.add_parser("stats", help="live per-endpoint stats of a running gateway")
+    stats.add_argument("--url", default="http://127.0.0.1:8080")
+    stats.add_argument("--interval", type=float, default=1.0)
+    stats.add_argument("--once", action="store_true", help="print one table and exit")
+    stats.set_defaults(func=_stats)
+
+    demo = sub.add_parser("demo", help="simulated providers + gateway + warm-up traffic")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument("--no-warmup", action="store_true")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

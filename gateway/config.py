@@ -1,0 +1,275 @@
+"""The endpoint catalogue (`providers.yaml`) as frozen pydantic models, loaded once.
+
+`load_config()` is the only place that reads the catalogue file and the environment (provider keys,
+`REDIS_URL`). Every error names the file and the key path, e.g.
+`providers.yaml: models.deepseek-v4.1-flash.endpoints[1].price.output: must be >= 0`.
+
+The file models (`CatalogueFile` and below) mirror the YAML; `Catalogue` is the resolved form the rest
+of the gateway uses: one flat `Endpoint` per (model, endpoint), with the provider's defaults applied
+and its key looked up. This module does not route, validate requests or talk to providers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from gateway.configfile import ConfigError, format_validation_error, read_yaml
+from gateway.policy import PolicySet, load_policies
+
+__all__ = [
+    "Catalogue", "Config", "ConfigError", "Endpoint", "Provider", "Tier", "load_catalogue", "load_config",
+]
+
+
+class Tier(StrEnum):
+    STANDARD = "standard"
+    FAST = "fast"
+    ULTRAFAST = "ultrafast"
+
+
+Quantization = Literal["fp4", "fp8", "int4", "int8", "bf16", "fp16", "unknown"]
+Capability = Literal["tools", "response_format", "reasoning", "assistant_prefix", "logprobs", "vision"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PriceFile(_Frozen):
+    """USD per 1M tokens."""
+
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    output: float = Field(ge=0)
+
+
+class AdvertisedFile(_Frozen):
+    """What the host claims; used as a prior until an endpoint has been measured."""
+
+    tokens_per_second: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0)
+
+
+class ProviderFile(_Frozen):
+    base_url: str = Field(pattern=r"^https?://")
+    api_key_env: str | None = None  # the NAME of an environment variable; never the key itself
+    region: str = "global"
+    data_collection: Literal["allow", "deny"] = "deny"
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_connections: int = Field(default=512, ge=1)
+    max_keepalive_connections: int = Field(default=128, ge=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+
+
+class EndpointFile(_Frozen):
+    provider: str
+    model: str
+    tier: Tier = Tier.STANDARD
+    price: PriceFile | None = None
+    hourly_cost: float | None = Field(default=None, ge=0)
+    quantization: Quantization | None = None
+    region: str | None = None
+    context_length: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    advertised: AdvertisedFile = Field(default_factory=AdvertisedFile)
+    capabilities: frozenset[Capability] = frozenset()
+    id: str | None = Field(default=None, min_length=1)
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into the upstream body
+
+    @model_validator(mode="after")
+    def _one_pricing_kind(self) -> EndpointFile:
+        if (self.price is None) == (self.hourly_cost is None):
+            raise ValueError("set exactly one of price or hourly_cost")
+        return self
+
+
+class ModelFile(_Frozen):
+    aliases: tuple[str, ...] = ()
+    endpoints: tuple[EndpointFile, ...] = Field(min_length=1)
+
+
+class GatewayFile(_Frozen):
+    """Optional `gateway:` section: limits of the server itself."""
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    first_token_budget_s: float = Field(default=10.0, gt=0)  # per attempt, until the first token
+    stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
+
+
+class CatalogueFile(_Frozen):
+    gateway: GatewayFile = Field(default_factory=GatewayFile)
+    providers: dict[str, ProviderFile]
+    models: dict[str, ModelFile]
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    name: str
+    base_url: str
+    region: str
+    data_collection: str
+    headers: Mapping[str, str]
+    api_key: SecretStr | None  # SecretStr so that no repr or log line can show it
+    key_missing: bool  # api_key_env is set but the variable is not
+    max_connections: int
+    max_keepalive_connections: int
+    connect_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One way to serve one public model: a provider, an upstream model id and a tier."""
+
+    key: str  # "<public model>/<endpoint id>", unique across the catalogue
+    id: str  # unique within the model, e.g. "fireworks/standard"
+    model: str  # the public model name
+    provider: Provider
+    upstream_model: str
+    tier: Tier
+    price: PriceFile | None
+    hourly_cost: float | None
+    quantization: str | None
+    region: str
+    context_length: int | None
+    max_output_tokens: int | None
+    max_concurrency: int | None
+    advertised: AdvertisedFile
+    capabilities: frozenset[str]
+    extra_body: Mapping[str, Any]
+
+    @property
+    def available(self) -> bool:
+        return not self.provider.key_missing
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    models: Mapping[str, tuple[Endpoint, ...]]  # public name -> endpoints in catalogue order
+    aliases: Mapping[str, str]  # alias -> public name
+    providers: Mapping[str, Provider]
+
+    def resolve_model(self, name: str) -> str | None:
+        """The public model name for a name or alias, or None."""
+        if name in self.models:
+            return name
+        return self.aliases.get(name)
+
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return tuple(e for eps in self.models.values() for e in eps)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything the gateway is configured with, loaded once at start."""
+
+    catalogue: Catalogue
+    policies: PolicySet
+    gateway: GatewayFile = field(default_factory=GatewayFile)
+    redis_url: str | None = None
+    source: str = "providers.yaml"
+
+
+def parse_catalogue(data: Any, source: str) -> CatalogueFile:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: (top level): must be a mapping with 'providers' and 'models'")
+    try:
+        return CatalogueFile.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(source, err)) from None
+
+
+def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) -> Catalogue:
+    """Resolve providers (keys from `env`) and check what pydantic cannot: references and uniqueness."""
+    problems: list[str] = []
+    providers: dict[str, Provider] = {}
+    for name, p in file.providers.items():
+        key = env.get(p.api_key_env) if p.api_key_env else None
+        providers[name] = Provider(
+            name=name,
+            base_url=p.base_url.rstrip("/"),
+            region=p.region,
+            data_collection=p.data_collection,
+            headers=dict(p.headers),
+            api_key=SecretStr(key) if key else None,
+            key_missing=bool(p.api_key_env) and not key,
+            max_connections=p.max_connections,
+            max_keepalive_connections=p.max_keepalive_connections,
+            connect_timeout_s=p.connect_timeout_s,
+        )
+
+    models: dict[str, tuple[Endpoint, ...]] = {}
+    aliases: dict[str, str] = {}
+    for model_name, m in file.models.items():
+        seen: set[str] = set()
+        endpoints: list[Endpoint] = []
+        for i, e in enumerate(m.endpoints):
+            where = f"{source}: models.{model_name}.endpoints[{i}]"
+            provider = providers.get(e.provider)
+            if provider is None:
+                problems.append(f"{where}.provider: unknown provider '{e.provider}'")
+                continue
+            endpoint_id = e.id or f"{e.provider}/{e.tier.value}"
+            if endpoint_id in seen:
+                problems.append(f"{where}.id: '{endpoint_id}' is not unique within the model; set `id`")
+                continue
+            seen.add(endpoint_id)
+            endpoints.append(
+                Endpoint(
+                    key=f"{model_name}/{endpoint_id}",
+                    id=endpoint_id,
+                    model=model_name,
+                    provider=provider,
+                    upstream_model=e.model,
+                    tier=e.tier,
+                    price=e.price,
+                    hourly_cost=e.hourly_cost,
+                    quantization=e.quantization,
+                    region=e.region or provider.region,
+                    context_length=e.context_length,
+                    max_output_tokens=e.max_output_tokens,
+                    max_concurrency=e.max_concurrency,
+                    advertised=e.advertised,
+                    capabilities=frozenset(e.capabilities),
+                    extra_body=dict(e.extra_body),
+                )
+            )
+        models[model_name] = tuple(endpoints)
+        for j, alias in enumerate(m.aliases):
+            if alias in file.models or (alias in aliases and aliases[alias] != model_name):
+                problems.append(f"{source}: models.{model_name}.aliases[{j}]: '{alias}' names another model")
+            aliases[alias] = model_name
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return Catalogue(models=models, aliases=aliases, providers=providers)
+
+
+def load_catalogue(path: Path, env: Mapping[str, str] | None = None) -> tuple[Catalogue, GatewayFile]:
+    env = os.environ if env is None else env
+    file = parse_catalogue(read_yaml(path), path.name)
+    return build_catalogue(file, path.name, env), file.gateway
+
+
+def load_config(
+    catalogue_path: Path,
+    policies_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the catalogue, the named policies and the environment's settings, once, at start."""
+    env = os.environ if env is None else env
+    catalogue, gateway = load_catalogue(catalogue_path, env)
+    policies = load_policies(policies_dir) if policies_dir is not None else PolicySet.builtin()
+    return Config(
+        catalogue=catalogue,
+        policies=policies,
+        gateway=gateway,
+        redis_url=env.get("REDIS_URL") or None,
+        source=catalogue_path.name,
+    )

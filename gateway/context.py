@@ -1,0 +1,98 @@
+"""The typed, frozen values that pass between the stages of a request.
+
+    ChatRequest   what the client asked for (parse)
+    Preferences   how to route it, after precedence is applied (resolve)
+    Plan          the ordered candidates, and why others were left out (select)
+    Attempt       what one try at one endpoint did (dispatch)
+    RequestContext  all of the above for one request; each stage returns a new one
+
+Nothing here does work; it is the vocabulary of the pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config import Endpoint
+from gateway.policy import PercentileThreshold, ProviderOptions, Sort, Speed
+from gateway.telemetry.sample import Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A parsed `/v1/chat/completions` request.
+
+    `body` is the client's JSON minus the gateway's own fields: it is forwarded as it is, apart from
+    `model` and the streaming options the gateway sets. It is never mutated.
+    """
+
+    request_id: str
+    body: dict[str, Any]
+    model: str  # as sent, suffix included (e.g. "deepseek-v4.1-flash:nitro")
+    stream: bool
+    include_usage: bool
+    prompt_chars: int  # a cheap size estimate for context-length checks
+    fallback_models: tuple[str, ...] = ()
+    session_key: str | None = None
+    want_metadata: bool = False
+    options: ProviderOptions | None = None  # the body's `provider` object
+    speed: Speed | None = None  # the body's `speed`, or OpenRouter's fast `service_tier`
+
+
+@dataclass(frozen=True, slots=True)
+class Preferences:
+    """The routing options in force for one request, after body > headers > suffix > policy > default."""
+
+    policy_name: str = "default"
+    speed: Speed | None = None
+    sort: Sort | None = None
+    order: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    allow_fallbacks: bool = True
+    quantizations: tuple[str, ...] | None = None
+    data_collection: str | None = None
+    max_price_prompt: float | None = None
+    max_price_completion: float | None = None
+    min_throughput: PercentileThreshold | None = None
+    max_latency_s: PercentileThreshold | None = None
+    require_parameters: bool = False
+    regions: tuple[str, ...] | None = None
+    hedge_after_ms: float | None = None
+    sticky: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    endpoint_key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The endpoints to try, in order, and the ones left out with the reason."""
+
+    model: str  # the public model name the candidates serve
+    candidates: tuple[Endpoint, ...]
+    excluded: tuple[Exclusion, ...] = ()
+    strategy: str = "catalogue-order"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    endpoint_key: str
+    endpoint_id: str
+    tier: str
+    outcome: Outcome
+    status: int | None
+    reason: str  # short and bounded: "429", "503", "timeout", "connect", "slo", ...
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    request: ChatRequest
+    preferences: Preferences = field(default_factory=Preferences)
+    plan: Plan | None = None
+    attempts: tuple[Attempt, ...] = ()

@@ -1,0 +1,166 @@
+"""The gateway's error tree, and the one place that renders an error as OpenAI's JSON shape.
+
+    GatewayError                      status  type                    retryable
+    ├── InvalidRequest                400     invalid_request_error   no
+    │   └── PayloadTooLarge           413     invalid_request_error   no
+    ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
+    ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
+    └── UpstreamError                 (the provider's status)         by status: 408/429/5xx yes
+        ├── UpstreamTimeout           504     timeout                 yes
+        ├── UpstreamUnreachable       502     api_error               yes
+        └── UpstreamMisconfigured     502     api_error               no   (the provider refused our key)
+    AllCandidatesFailed: every endpoint of the plan failed; renders as the last failure, carries them all
+
+Every error knows its HTTP status, OpenAI `type` and `code`, the offending `param`, whether another
+attempt could succeed, and a bounded metric label. `error_body()` renders any of them; nothing else
+builds an error response. Messages never contain a provider key: upstream bodies are passed on as
+the provider wrote them, and the provider never sees its own key echoed back by us.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class GatewayError(Exception):
+    status: int = 500
+    type: str = "api_error"
+    code: str | None = None
+    retryable: bool = False
+    metric_label: str = "internal"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def error_object(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.type, "code": self.code, "param": self.param}
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers. The gateway has done its own retrying, so the SDK should not."""
+        return {"x-should-retry": "false"}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+    metric_label = "invalid_request"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    code = "payload_too_large"
+    metric_label = "payload_too_large"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+    metric_label = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model '{model}' does not exist or is not served here.", param="model")
+
+
+class NoMatchingEndpoint(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "no_matching_endpoint"
+    metric_label = "no_matching_endpoint"
+
+
+class UpstreamError(GatewayError):
+    """The provider answered with an error. Its body's error object is passed on unchanged."""
+
+    type = "api_error"
+    metric_label = "upstream_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        body: dict[str, Any] | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.retry_after_s = retry_after_s
+        self.retryable = status in RETRYABLE_STATUSES
+        self.metric_label = "rate_limited" if status == 429 else f"upstream_{status // 100}xx"
+        if body is not None:
+            self.type = str(body.get("type") or self.type)
+            self.code = body.get("code") if body.get("code") is not None else self.code
+            self.param = body.get("param")
+
+    def error_object(self) -> dict[str, Any]:
+        if self.body is not None:
+            return {"message": self.message, "type": self.type, "code": self.code, "param": self.param,
+                    **{k: v for k, v in self.body.items() if k not in ("message", "type", "code", "param")}}
+        return super().error_object()
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        if self.retry_after_s is not None:
+            headers["retry-after"] = str(max(1, round(self.retry_after_s)))
+        return headers
+
+
+class UpstreamTimeout(UpstreamError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=504)
+        self.type = "timeout"
+        self.code = "upstream_timeout"
+        self.metric_label = "timeout"
+
+
+class UpstreamUnreachable(UpstreamError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=502)
+        self.code = "upstream_unreachable"
+        self.metric_label = "connect_error"
+
+
+class UpstreamMisconfigured(UpstreamError):
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message, status=502)
+        self.code = "upstream_auth_failed"
+        self.retryable = False
+        self.metric_label = f"upstream_{status}"
+
+
+class AllCandidatesFailed(GatewayError):
+    """Every endpoint in the plan was tried and failed. Rendered as the last failure, so that an
+    upstream error reaches the client with its own status and body when nothing else could serve."""
+
+    def __init__(self, failures: list[tuple[str, GatewayError]]) -> None:
+        last = failures[-1][1]
+        summary = "; ".join(f"{endpoint_id}: {err.metric_label}" for endpoint_id, err in failures)
+        message = last.message if len(failures) == 1 else f"{last.message} (all candidates failed: {summary})"
+        super().__init__(message, param=last.param, code=last.code)
+        self.failures = failures
+        self.last = last
+        self.status = last.status
+        self.type = last.type
+        self.retryable = last.retryable
+        self.metric_label = last.metric_label
+
+    def error_object(self) -> dict[str, Any]:
+        return {**self.last.error_object(), "message": self.message}
+
+    def headers(self) -> dict[str, str]:
+        return self.last.headers()
+
+
+def error_body(err: GatewayError) -> bytes:
+    return orjson.dumps({"error": err.error_object()})

@@ -1,0 +1,68 @@
+"""Stage 6, record: turn one attempt's meter into an `AttemptSample`, with its cost, and store it.
+
+Called once per upstream attempt, finished or failed, and always paired with the `begin()` the
+dispatcher made, so in-flight counts stay right. Storing is an in-memory append: the telemetry store
+flushes to Redis in the background, never on this path.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway.config import Endpoint
+from gateway.relay import Meter
+from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.telemetry.store import TelemetryStore
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int, e2e_s: float,
+                 concurrent: int) -> float:
+    """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once."""
+    if endpoint.price is not None:
+        price = endpoint.price
+        cached_price = price.cached_input if price.cached_input is not None else price.input
+        return ((input_tokens - cached) * price.input + cached * cached_price + output * price.output) / 1e6
+    if endpoint.hourly_cost is not None:
+        return endpoint.hourly_cost / 3600.0 * e2e_s / max(1, concurrent)
+    return 0.0
+
+
+def record_attempt(
+    telemetry: TelemetryStore,
+    endpoint: Endpoint,
+    meter: Meter,
+    outcome: Outcome,
+    status: int | None,
+    started_at: float,
+    in_flight_at_start: int,
+) -> AttemptSample:
+    end = meter.t_end if meter.t_end is not None else time.perf_counter()
+    usage = meter.usage or {}
+    input_tokens = _int(usage.get("prompt_tokens"))
+    cached = _int((usage.get("prompt_tokens_details") or {}).get("cached_tokens"))
+    reasoning = _int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
+    output = meter.output_tokens if outcome is Outcome.OK or meter.t_first is not None else 0
+    e2e = end - meter.t_sent
+    sample = AttemptSample(
+        endpoint_key=endpoint.key,
+        started_at=started_at,
+        outcome=outcome,
+        status=status,
+        ttft_s=None if meter.t_first is None else meter.t_first - meter.t_sent,
+        ttfat_s=None if meter.t_first_answer is None else meter.t_first_answer - meter.t_sent,
+        decode_tps=meter.decode_tps,
+        e2e_s=e2e,
+        input_tokens=input_tokens,
+        cached_input_tokens=cached,
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+        cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1),
+        in_flight_at_start=in_flight_at_start,
+    )
+    telemetry.record(sample)
+    telemetry.end(endpoint.key)
+    return sample

@@ -1,0 +1,205 @@
+"""Stage 5, relay: read an upstream SSE stream, time it, and hand it to the client.
+
+`UpstreamStream` wraps one opened upstream response. `open_gate()` reads until the first token (the
+first-chunk gate: until then nothing has been sent to the client, so the dispatcher may still fail
+over). `batches()` then yields the parsed chunks of each network read, timing them in a `Meter`:
+time to first token, time to first answer token, last token, token counts and `usage`.
+
+Two ways out to the client: `sse_body()` re-emits each batch as SSE as soon as it arrives (no
+buffering; `model` rewritten to the public name; the usage chunk dropped if the client did not ask
+for it), and `collect()` assembles a `chat.completion` for clients that did not stream.
+A failure after the first byte has reached the client ends the stream with an SSE `error` event,
+which the OpenAI SDK raises, never a silent truncation. This stage does not choose endpoints or retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.assemble import CompletionAssembler
+from gateway.config import Endpoint
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.sse import DONE, DONE_EVENT, SSEDecoder, encode_event
+
+
+class StreamBroken(UpstreamError):
+    """The upstream failed after its first token: a read error, a stall, or an error event."""
+
+    def __init__(self, message: str, status: int = 502, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message, status=status, body=body)
+        self.metric_label = "stream_broken"
+
+
+@dataclass(slots=True)
+class Meter:
+    """Timings (perf_counter seconds) and counts of one attempt. Mutable; owned by one coroutine."""
+
+    t_sent: float
+    t_first: float | None = None
+    t_first_answer: float | None = None
+    t_last: float | None = None
+    t_end: float | None = None
+    token_chunks: int = 0
+    usage: dict[str, Any] | None = None
+    malformed: int = 0
+    done: bool = False
+
+    @property
+    def output_tokens(self) -> int:
+        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
+            return int(self.usage["completion_tokens"])
+        return self.token_chunks
+
+    @property
+    def decode_tps(self) -> float | None:
+        n = self.output_tokens
+        if n < 2 or self.t_first is None or self.t_last is None or self.t_last <= self.t_first:
+            return None
+        return (n - 1) / (self.t_last - self.t_first)
+
+
+def _error_from_event(error: Any) -> UpstreamError:
+    body = error if isinstance(error, dict) else {"message": str(error)}
+    code = body.get("code")
+    status = code if isinstance(code, int) and 400 <= code < 600 else 502
+    return UpstreamError(str(body.get("message") or "upstream error event"), status=status, body=body)
+
+
+class UpstreamStream:
+    def __init__(self, endpoint: Endpoint, response: httpx.Response, meter: Meter, stall_s: float) -> None:
+        self.endpoint = endpoint
+        self.meter = meter
+        self._response = response
+        self._reads = response.aiter_raw()
+        self._decoder = SSEDecoder()
+        self._stall_s = stall_s
+        self._pending: list[dict[str, Any]] = []
+        self._ended = False
+        self.failure: GatewayError | None = None  # set when the stream broke after the gate
+
+    async def _read(self, timeout_s: float) -> list[dict[str, Any]] | None:
+        """One network read, parsed and metered; None at the end of the stream."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                raw = await anext(self._reads)
+        except StopAsyncIteration:
+            return None
+        except httpx.HTTPError as exc:
+            raise StreamBroken(f"upstream connection failed mid-stream: {type(exc).__name__}") from None
+        now = time.perf_counter()
+        meter = self.meter
+        chunks: list[dict[str, Any]] = []
+        for payload in self._decoder.feed(raw):
+            if payload == DONE:
+                meter.done = True
+                continue
+            try:
+                chunk = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                meter.malformed += 1  # skipped and counted; the stream goes on
+                continue
+            if not isinstance(chunk, dict):
+                meter.malformed += 1
+                continue
+            if "error" in chunk:
+                raise _error_from_event(chunk["error"])
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                answer = bool(delta.get("content") or delta.get("tool_calls") or delta.get("refusal"))
+                if answer or delta.get("reasoning_content") or delta.get("reasoning"):
+                    meter.token_chunks += 1
+                    meter.t_last = now
+                    if meter.t_first is None:
+                        meter.t_first = now
+                    if answer and meter.t_first_answer is None:
+                        meter.t_first_answer = now
+            if chunk.get("usage"):
+                meter.usage = chunk["usage"]
+            chunks.append(chunk)
+        return chunks
+
+    async def open_gate(self, budget_s: float) -> None:
+        """Read until the first token (or the end); raise if it does not come within `budget_s`."""
+        deadline = time.perf_counter() + budget_s
+        while self.meter.t_first is None and not self.meter.done:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise UpstreamTimeout(f"no first token within {budget_s:.1f} s")
+            try:
+                chunks = await self._read(remaining)
+            except TimeoutError:
+                raise UpstreamTimeout(f"no first token within {budget_s:.1f} s") from None
+            if chunks is None:
+                self._ended = True
+                break
+            self._pending.extend(chunks)
+        if self.meter.t_first is None and not self._pending:
+            raise UpstreamError("upstream closed the stream without a response", status=502)
+
+    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            yield pending
+        # Read to the end even after `[DONE]`: the connection only goes back to the pool once the
+        # response is fully consumed; closing it early would cost a new connection per request.
+        while not self._ended:
+            try:
+                chunks = await self._read(self._stall_s)
+            except TimeoutError:
+                message = f"upstream stalled: no data for {self._stall_s:.0f} s"
+                raise StreamBroken(message, status=504) from None
+            if chunks is None:
+                break
+            if chunks:
+                yield chunks
+        self._ended = True
+        self.meter.t_end = time.perf_counter()
+
+    async def aclose(self) -> None:
+        if self.meter.t_end is None:
+            self.meter.t_end = time.perf_counter()
+        await self._response.aclose()
+
+
+async def sse_body(
+    stream: UpstreamStream, model: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` or an `error` event."""
+    try:
+        async for chunks in stream.batches():
+            out = []
+            for chunk in chunks:
+                if not include_usage and "usage" in chunk:
+                    if not chunk.get("choices"):
+                        continue  # the usage-only chunk the gateway asked for, not the client
+                    del chunk["usage"]
+                chunk["model"] = model
+                out.append(encode_event(orjson.dumps(chunk)))
+            if out:
+                yield b"".join(out)
+    except GatewayError as err:
+        # Bytes have already reached the client: no failover now, and no fake clean finish either.
+        stream.failure = err
+        yield error_event(err)
+        return
+    yield DONE_EVENT
+
+
+def error_event(err: GatewayError) -> bytes:
+    return encode_event(orjson.dumps({"error": err.error_object()}))
+
+
+async def collect(stream: UpstreamStream, model: str) -> dict[str, Any]:
+    """Read the whole stream and assemble a `chat.completion`."""
+    assembler = CompletionAssembler()
+    async for chunks in stream.batches():
+        for chunk in chunks:
+            assembler.add(chunk)
+    return assembler.result(model)

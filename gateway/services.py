@@ -1,0 +1,51 @@
+"""The one `Services` object a running gateway owns: config, upstream pools, telemetry.
+
+Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
+argument. There are no module-level singletons.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from gateway.config import Config
+from gateway.dispatch import DispatchLimits
+from gateway.telemetry import make_store
+from gateway.telemetry.store import TelemetryStore
+from gateway.upstream import TransportFactory, Upstreams
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    config: Config
+    upstreams: Upstreams
+    telemetry: TelemetryStore
+    limits: DispatchLimits
+    replica_id: str
+
+
+@asynccontextmanager
+async def open_services(
+    config: Config, transport_factory: TransportFactory | None = None
+) -> AsyncIterator[Services]:
+    replica_id = f"{os.uname().nodename}-{os.getpid()}"
+    telemetry = make_store(config.redis_url, replica_id=replica_id)
+    upstreams = Upstreams(config.catalogue.providers, transport_factory)
+    await telemetry.start()
+    try:
+        yield Services(
+            config=config,
+            upstreams=upstreams,
+            telemetry=telemetry,
+            limits=DispatchLimits(
+                first_token_budget_s=config.gateway.first_token_budget_s,
+                stall_timeout_s=config.gateway.stall_timeout_s,
+            ),
+            replica_id=replica_id,
+        )
+    finally:
+        await upstreams.aclose()
+        await telemetry.stop()

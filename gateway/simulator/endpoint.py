@@ -1,0 +1,368 @@
+"""One simulated OpenAI-compatible endpoint: timing, capacity, faults, admin changes.
+
+Does: serve `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` on the
+endpoint's own port; enforce context-length and capacity limits with OpenAI-shaped errors; wait a
+lognormal TTFT, then emit tokens on a per-user rate that slows down with the endpoint's current
+concurrency, batched to at most one socket write per tick; inject the profile's faults; apply
+admin patches (including refusing connections).
+Does not: parse HTTP (`http11.py`), validate request bodies (`chat_request.py`), build payload
+bytes (`payloads.py`), keep the counters' bookkeeping (`stats.py`) or serve the admin API
+(`admin.py`).
+
+Rate model: the per-user rate is re-evaluated at every tick from the endpoint's concurrency at
+that moment (not fixed at stream start), so streams slow down while others join and speed up as
+they leave. With constant concurrency token i is due at t_first + i / rate exactly; the last token
+is never sent late because the final sleep is clamped to its due time. The response head goes out
+together with the first token (at t_first), not on arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.simulator.chat_request import ApiError, ChatJob, parse_chat_request, rate_limited
+from gateway.simulator.config import EndpointProfile, SimConfigError, merge_profile
+from gateway.simulator.content import PrefixCache
+from gateway.simulator.http11 import HttpConnection, HttpListener, Request
+from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
+from gateway.simulator.stats import Attempt, EndpointStats
+
+EARLY_S = 0.002  # tokens due within this much are sent now: loop timers may fire ~1 ms early
+NON_STREAM_MIN_SLEEP_S = 0.05  # nobody sees intermediate tokens of a non-streamed answer
+TERMINAL_FAULTS = ("error", "hang", "error_event", "drop", "stall")
+
+
+@dataclass(slots=True)
+class Plan:
+    fault: str | None
+    malformed: bool
+    no_done: bool
+    ttft_s: float
+
+
+class Endpoint:
+    """A named endpoint with its listener, live profile, counters and prefix cache."""
+
+    def __init__(self, name: str, profile: EndpointProfile, host: str, seed: int) -> None:
+        self.name = name
+        self.profile = profile
+        self._startup_profile = profile
+        self._seed = seed
+        self.listener = HttpListener(self.handle, host, profile.port)
+        self.prefix_cache = PrefixCache()
+        self.active = 0
+        self._lock = asyncio.Lock()
+        self._fault_rng = random.Random()
+        self._timing_rng = random.Random()
+        self._stats = EndpointStats()
+        self.reset_stats()
+
+    # ---- lifecycle and admin ------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
+
+    async def start(self) -> None:
+        if self.profile.faults.refuse:
+            port = await self.listener.bind_only()
+        else:
+            port = await self.listener.open()
+        self.profile = self.profile.model_copy(update={"port": port})
+        self._startup_profile = self._startup_profile.model_copy(update={"port": port})
+
+    async def stop(self) -> None:
+        await self.listener.close()
+
+    async def apply_patch(self, patch: Any) -> EndpointProfile:
+        """Deep-merge and validate `patch`; raises SimConfigError. Affects new requests only."""
+        async with self._lock:
+            new = merge_profile(self.profile, patch, f"endpoints.{self.name}")
+            await self._set_refuse(new.faults.refuse)
+            self.profile = new
+            return new
+
+    async def reset(self, profiles: bool) -> None:
+        self.reset_stats()
+        if profiles:
+            async with self._lock:
+                await self._set_refuse(self._startup_profile.faults.refuse)
+                self.profile = self._startup_profile
+
+    def reset_stats(self) -> None:
+        self._stats.clear()
+        self.prefix_cache.clear()
+        # Per-endpoint streams derived from the simulator seed: reproducible, and one endpoint's
+        # traffic does not shift another's fault draws. Re-seeded on reset.
+        base = hashlib.sha256(f"{self._seed}/{self.name}".encode()).digest()
+        self._fault_rng.seed(int.from_bytes(base[:8], "big"))
+        self._timing_rng.seed(int.from_bytes(base[8:16], "big"))
+
+    async def _set_refuse(self, refuse: bool) -> None:
+        if refuse and self.listener.listening:
+            self.listener.stop_listening()
+            # Pooled keep-alive connections would otherwise bypass the outage.
+            self.listener.close_idle()
+        elif not refuse and not self.listener.listening:
+            try:
+                await self.listener.open()
+            except OSError as err:
+                raise SimConfigError(f"endpoints.{self.name}: cannot listen again: {err}") from None
+
+    def stats(self, attempts: bool = True) -> dict[str, Any]:
+        return self._stats.as_dict(self.active, attempts)
+
+    # ---- HTTP entry ---------------------------------------------------------------------------
+
+    async def handle(self, req: Request, conn: HttpConnection) -> None:
+        path = req.path.rstrip("/")
+        if path in ("/v1/chat/completions", "/chat/completions"):
+            if req.method != "POST":
+                conn.send(405, error_body("Use POST", "invalid_request_error", "method_not_allowed"))
+                return
+            await self._chat(req, conn)
+        elif path in ("/v1/models", "/models") and req.method == "GET":
+            model = {"id": self.profile.model or "sim-model", "object": "model", "created": 0}
+            conn.send(200, orjson.dumps({"object": "list", "data": [{**model, "owned_by": "simulator"}]}))
+        else:
+            conn.send(404, error_body(f"Unknown path {req.path}", "invalid_request_error", "not_found"))
+
+    async def _chat(self, req: Request, conn: HttpConnection) -> None:
+        profile = self.profile  # snapshot: an admin patch affects the next request, not this one
+        attempt = self._stats.begin(time.time())
+        loop = asyncio.get_running_loop()
+        try:
+            job = parse_chat_request(req.body, profile)
+            attempt.stream, attempt.model, attempt.prefix_tokens = job.stream, job.model, job.prefix_tokens
+            if job.prompt_tokens > profile.context_length:
+                raise ApiError(
+                    400,
+                    f"This model's maximum context length is {profile.context_length} tokens. "
+                    f"However, your messages resulted in {job.prompt_tokens} tokens.",
+                    "invalid_request_error",
+                    "context_length_exceeded",
+                    "messages",
+                    outcome="context_length_exceeded",
+                )
+            if self.active >= profile.capacity:
+                raise rate_limited(profile, f"Rate limit reached: {profile.capacity} concurrent requests")
+        except ApiError as err:
+            self._send_error(conn, attempt, err)
+            self._stats.finish(attempt, loop.time() - req.arrived)
+            return
+        self.active += 1
+        self._stats.saw_active(self.active)
+        job.cached_tokens = self.prefix_cache.lookup(job.prefixes)
+        self.prefix_cache.insert(job.prefixes)
+        plan = self._draw(profile)
+        if not job.stream:  # malformed chunks and a missing [DONE] only exist in streams
+            plan.malformed = plan.no_done = False
+        attempt.ttft_ms = plan.ttft_s * 1000.0
+        attempt.faults = [
+            name for name in (plan.fault, plan.malformed and "malformed", plan.no_done and "no_done") if name
+        ]
+        try:
+            await self._serve(profile, job, plan, req.arrived, conn, attempt)
+        except asyncio.CancelledError:
+            # The client disconnected (the connection cancels us) or the simulator is stopping.
+            # Not re-raised: this task belongs to the connection and ends here.
+            attempt.cancelled = True
+            if attempt.outcome == "in_progress":
+                attempt.outcome = "cancelled"
+        finally:
+            self.active -= 1
+            self._stats.finish(attempt, loop.time() - req.arrived)
+
+    # ---- per-request draws --------------------------------------------------------------------
+
+    def _draw(self, profile: EndpointProfile) -> Plan:
+        """Faults and TTFT for one request. Always three fault draws, so sequences are stable."""
+        faults = profile.faults
+        u, m, d = self._fault_rng.random(), self._fault_rng.random(), self._fault_rng.random()
+        fault = None
+        edge = 0.0
+        rates = (
+            faults.error_rate,
+            faults.hang_rate,
+            faults.error_event_rate,
+            faults.drop_rate,
+            faults.stall_rate,
+        )
+        for name, rate in zip(TERMINAL_FAULTS, rates, strict=True):
+            edge += rate
+            if u < edge:  # random() < 1.0 always and < 0.0 never: rates 0 and 1 are exact
+                fault = name
+                break
+        median = profile.ttft_ms / 1000.0
+        ttft = median
+        if profile.ttft_jitter > 0 and median > 0:
+            ttft = median * math.exp(profile.ttft_jitter * self._timing_rng.gauss(0.0, 1.0))
+        return Plan(fault, m < faults.malformed_rate, d < faults.no_done_rate, ttft)
+
+    # ---- serving ------------------------------------------------------------------------------
+
+    def _send_error(self, conn: HttpConnection, attempt: Attempt, err: ApiError) -> None:
+        conn.send(err.status, err.body, err.headers)
+        attempt.status, attempt.outcome = err.status, err.outcome
+
+    async def _serve(
+        self,
+        profile: EndpointProfile,
+        job: ChatJob,
+        plan: Plan,
+        arrived: float,
+        conn: HttpConnection,
+        attempt: Attempt,
+    ) -> None:
+        faults = profile.faults
+        t_first = arrived + plan.ttft_s  # loop clock; `arrived` is when the request's last byte came
+        if plan.fault == "error":
+            status = faults.error_status
+            if status == 429:
+                self._send_error(conn, attempt, rate_limited(profile, "Rate limit reached (simulated)"))
+            else:
+                kind = "server_error" if status >= 500 else "invalid_request_error"
+                self._send_error(
+                    conn,
+                    attempt,
+                    ApiError(status, f"Simulated upstream error {status}", kind, kind, outcome="error"),
+                )
+            return
+        if plan.fault == "hang":
+            attempt.outcome = "hung"
+            await asyncio.get_running_loop().create_future()  # until the client disconnects
+        await _sleep_until(t_first)
+        if plan.fault == "error_event":
+            event = {
+                "error": {
+                    "message": "Simulated error event",
+                    "type": "server_error",
+                    "code": faults.error_status,
+                }
+            }
+            attempt.status, attempt.outcome = 200, "error_event"
+            if job.stream:
+                conn.start_stream(200, first_chunk=sse(event), last=True, close=True)
+            else:
+                conn.send(200, orjson.dumps(event), close=True)
+            return
+        n = job.n_tokens
+        cut = plan.fault in ("drop", "stall")
+        stop = min(faults.drop_after_tokens, n) if cut else n
+        if job.stream:
+            await self._stream(profile, job, plan, arrived, stop, conn, attempt)
+        elif stop > 1:
+            await self._decode(profile, t_first, stop, None, NON_STREAM_MIN_SLEEP_S, conn)
+        if cut:
+            if plan.fault == "drop":
+                attempt.outcome = "dropped"
+                conn.abort()
+                return
+            attempt.outcome = "stalled"
+            await asyncio.get_running_loop().create_future()  # until the client disconnects
+        if not job.stream:
+            attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
+            conn.send(200, completion_body(job), [("x-simulator-endpoint", self.name)])
+            attempt.tokens = n
+        attempt.status = 200
+        attempt.outcome = "malformed" if plan.malformed else "no_done" if plan.no_done else "ok"
+
+    async def _stream(
+        self,
+        profile: EndpointProfile,
+        job: ChatJob,
+        plan: Plan,
+        arrived: float,
+        stop: int,
+        conn: HttpConnection,
+        attempt: Attempt,
+    ) -> None:
+        """Stream tokens [0, stop): the first alone at t_first, then batches as they fall due."""
+        t_first = arrived + plan.ttft_s
+        n = job.n_tokens
+        writer = ChunkWriter(job)
+        complete = stop == n and plan.fault is None
+        malformed_at = (n // 2 if n >= 2 else n) if plan.malformed else -1
+
+        def payload(a: int, b: int) -> tuple[bytes, bool]:
+            parts = []
+            for i in range(a, b):
+                if i == malformed_at:
+                    parts.append(MALFORMED)
+                parts.append(writer.token(i))
+            last = complete and b == n
+            if last:
+                if malformed_at == n:
+                    parts.append(MALFORMED)
+                if n == 0:
+                    parts.append(writer.empty_first())
+                parts.append(writer.finish(with_done=not plan.no_done))
+            attempt.tokens += b - a
+            return b"".join(parts), last
+
+        # The head goes out with the first token (or alone, if the cut comes before any token).
+        first, last = payload(0, min(1, stop))
+        attempt.status = 200
+        attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
+        conn.start_stream(200, [("x-simulator-endpoint", self.name)], first_chunk=first, last=last)
+        if stop > 1:
+
+            def emit(a: int, b: int) -> None:
+                data, is_last = payload(a, b)
+                conn.write_chunk(data, last=is_last)
+
+            await self._decode(profile, t_first, stop, emit, profile.tick_ms / 1000.0, conn)
+
+    async def _decode(
+        self,
+        profile: EndpointProfile,
+        t_first: float,
+        stop: int,
+        emit: Callable[[int, int], None] | None,
+        min_sleep: float,
+        conn: HttpConnection,
+    ) -> None:
+        """Let tokens 1..stop-1 become due (token 0 was due at t_first), emitting each batch."""
+        loop = asyncio.get_running_loop()
+        sent = 1
+        progress = 0.0  # token index due at `last`, integrated over the (changing) rate
+        last = t_first
+        target = t_first  # when the previous sleep should have ended
+        while True:
+            now = loop.time()
+            # Timers overshoot by ~1 ms; without crediting that back, a stream whose rate is close
+            # to 1/tick drifts up to a token behind. Credit at most half a tick.
+            late = min(max(now - target, 0.0), min_sleep / 2)
+            rate = profile.rate_at(self.active)
+            progress += (now - last) * rate
+            last = now
+            due = min(stop, int(progress + EARLY_S * rate) + 1)
+            if due > sent:
+                if emit is not None:
+                    emit(sent, due)
+                    if conn.paused:  # checked first: a coroutine call per tick is measurable CPU
+                        await conn.drain()
+                sent = due
+            if sent >= stop:
+                return
+            wait_next = (sent - progress) / rate
+            wait_last = (stop - 1 - progress) / rate
+            delay = min(max(min_sleep - late, wait_next), wait_last)
+            target = now + delay
+            await asyncio.sleep(delay)
+
+
+async def _sleep_until(deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    delay = deadline - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

@@ -1,0 +1,96 @@
+"""Byte-exact OpenAI wire payloads for the simulator: SSE chunks, completions, usage, errors.
+
+Does: build `chat.completion.chunk` SSE events (from precomputed byte templates so a token costs
+one concatenation, not a JSON dump), the final chunk, the usage chunk, `[DONE]`, the
+non-streaming `chat.completion` object and OpenAI-shaped error bodies.
+Does not: decide what to send or when (see `endpoint.py`), or touch sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.simulator.content import TOKEN_JSON, render
+
+if TYPE_CHECKING:  # chat_request imports error_body from here
+    from gateway.simulator.chat_request import ChatJob
+
+DONE = b"data: [DONE]\n\n"
+MALFORMED = b"data: {not json\n\n"
+
+
+def new_chat_id() -> str:
+    return "chatcmpl-sim" + os.urandom(10).hex()
+
+
+def error_body(message: str, type_: str, code: str | int | None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+class ChunkWriter:
+    """SSE events of one streamed completion. Token i counts reasoning tokens first, then answer."""
+
+    def __init__(self, job: ChatJob) -> None:
+        self._job = job
+        self._n_reasoning = len(job.reasoning_ids)
+        head = b'data: {"id":%b,"object":"chat.completion.chunk","created":%d,"model":%b,"choices":[' % (
+            orjson.dumps(new_chat_id()),
+            int(time.time()),
+            orjson.dumps(job.model),
+        )
+        self._head = head
+        self._delta = head + b'{"index":0,"delta":{'
+        # OpenAI sends `"usage": null` on every chunk when include_usage is on.
+        self._usage_null = b',"usage":null' if job.include_usage else b""
+        self._tail = b'},"finish_reason":null}]' + self._usage_null + b"}\n\n"
+
+    def token(self, i: int) -> bytes:
+        role = b'"role":"assistant",' if i == 0 else b""
+        if i < self._n_reasoning:
+            word = TOKEN_JSON[self._job.reasoning_ids[i]]
+            return self._delta + role + b'"reasoning_content":' + word + self._tail
+        word = TOKEN_JSON[self._job.answer_ids[i - self._n_reasoning]]
+        return self._delta + role + b'"content":' + word + self._tail
+
+    def empty_first(self) -> bytes:
+        """The opening chunk of an answer with no tokens at all."""
+        return self._delta + b'"role":"assistant","content":""' + self._tail
+
+    def finish(self, with_done: bool) -> bytes:
+        out = (
+            self._delta
+            + b'},"finish_reason":"%b"}]' % self._job.finish_reason.encode()
+            + self._usage_null
+            + b"}\n\n"
+        )
+        if self._job.include_usage:
+            out += self._head + b'],"usage":' + orjson.dumps(self._job.usage()) + b"}\n\n"
+        if with_done:
+            out += DONE
+        return out
+
+
+def completion_body(job: ChatJob) -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": render(job.answer_ids)}
+    if job.reasoning_ids:
+        message["reasoning_content"] = render(job.reasoning_ids)
+    return orjson.dumps(
+        {
+            "id": new_chat_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": job.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": job.finish_reason, "logprobs": None}
+            ],
+            "usage": job.usage(),
+        }
+    )
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"

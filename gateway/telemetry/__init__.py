@@ -1,0 +1,47 @@
+"""Telemetry: what every routing policy reads about upstream endpoints.
+
+`record()` one `AttemptSample` per upstream attempt, bracket attempts with `begin()`/`end()`, read
+`stats(endpoint_key, window_s)`. All of that is synchronous and in memory; a `RedisStore` shares the
+data between replicas from a background task. `make_store()` picks the implementation.
+
+This package does not decide anything about routing and does not export metrics itself.
+"""
+
+from __future__ import annotations
+
+from gateway.telemetry.redis_store import RedisStore
+from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.telemetry.sketch import Sketch
+from gateway.telemetry.stats import EndpointStats, Percentiles, TokenTotals
+from gateway.telemetry.store import MemoryStore, StoreBase, TelemetryStore
+from gateway.telemetry.window import Bucket, EndpointWindows
+
+__all__ = [
+    "AttemptSample",
+    "Bucket",
+    "EndpointStats",
+    "EndpointWindows",
+    "MemoryStore",
+    "Outcome",
+    "Percentiles",
+    "RedisStore",
+    "Sketch",
+    "StoreBase",
+    "TelemetryStore",
+    "TokenTotals",
+    "make_store",
+]
+
+
+def make_store(redis_url: str | None, *, replica_id: str, **options: object) -> TelemetryStore:
+    """A `RedisStore` when `redis_url` is set (non-empty), else a `MemoryStore`.
+
+    `options` are passed to the chosen class (e.g. `flush_interval_s`, `key_prefix`, `clock`);
+    options only a `RedisStore` understands are ignored for a `MemoryStore`. Call `await
+    store.start()` before use and `await store.stop()` at shutdown.
+    """
+    if redis_url:
+        return RedisStore(redis_url, replica_id=replica_id, **options)  # type: ignore[arg-type]
+    memory_opts = {k: v for k, v in options.items()
+                   if k in ("clock", "bucket_s", "max_window_s", "cache_ttl_s", "ewma_alpha")}
+    return MemoryStore(**memory_opts)  # type: ignore[arg-type]

@@ -1,0 +1,42 @@
+"""What one upstream attempt measured: the unit every telemetry store records.
+
+The dispatcher builds one `AttemptSample` per upstream attempt, finished or failed, and hands it
+to the store's `record()`. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """How an attempt ended. Also used as a bounded metric label."""
+
+    OK = "ok"
+    RATE_LIMITED = "rate_limited"  # 429
+    SERVER_ERROR = "server_error"  # 5xx, or an error event inside a 200 stream
+    CLIENT_ERROR = "client_error"  # 4xx other than 429: the request's fault, not the endpoint's
+    TIMEOUT = "timeout"  # first-token budget, stall or deadline
+    CONNECT_ERROR = "connect_error"
+    CANCELLED = "cancelled"  # the client went away
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSample:
+    """One upstream attempt. Times are seconds; `None` where the attempt never got that far."""
+
+    endpoint_key: str  # "<model>/<endpoint id>", unique across the catalogue
+    started_at: float  # wall clock (time.time()) when the request was sent
+    outcome: Outcome
+    status: int | None  # upstream HTTP status, if one arrived
+    ttft_s: float | None  # request sent -> first token of any kind (reasoning included)
+    ttfat_s: float | None  # request sent -> first answer (non-reasoning) token
+    decode_tps: float | None  # output tokens after the first / time after the first token
+    e2e_s: float  # request sent -> last byte (or failure)
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+    in_flight_at_start: int = 0

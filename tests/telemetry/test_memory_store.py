@@ -1,0 +1,132 @@
+"""MemoryStore: in-flight counting, the stats cache, the fast EWMA, bounded state, the factory."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+
+from gateway.telemetry import MemoryStore, RedisStore, TelemetryStore, make_store
+from gateway.telemetry.sample import AttemptSample, Outcome
+
+from .conftest import FakeClock, SampleFactory
+
+KEY = "model/ep1"
+
+
+def test_begin_end_in_flight() -> None:
+    store = MemoryStore()
+    assert store.in_flight(KEY) == 0
+    assert store.begin(KEY) == 0
+    assert store.begin(KEY) == 1
+    assert store.begin(KEY) == 2
+    assert store.in_flight(KEY) == 3
+    store.end(KEY)
+    assert store.in_flight(KEY) == 2
+    store.end(KEY)
+    store.end(KEY)
+    store.end(KEY)  # unbalanced end never goes negative
+    assert store.in_flight(KEY) == 0
+    store.end("never/seen")
+    assert store.in_flight("never/seen") == 0
+
+
+def test_stats_are_cached_then_refreshed(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock, cache_ttl_s=0.2)
+    store.record(make_sample(at=clock.now))
+    first = store.stats(KEY, 300)
+    assert first.requests == 1
+    for _ in range(5):
+        store.record(make_sample(at=clock.now))
+    clock.advance(0.1)
+    assert store.stats(KEY, 300) is first  # within the TTL: the cached object
+    assert store.stats(KEY, 60).requests == 6  # another window has its own entry
+    clock.advance(0.15)
+    refreshed = store.stats(KEY, 300)
+    assert refreshed is not first and refreshed.requests == 6
+
+
+def test_ewma_reacts_within_a_few_samples(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock)
+    for _ in range(200):
+        store.record(make_sample(at=clock.now, ttft_ms=400.0, decode_tps=1000.0))
+        clock.advance(0.05)
+    steady = store.stats(KEY, 300)
+    assert steady.ewma_ttft_ms == pytest.approx(400.0)
+    # sudden slowdown: 10x TTFT, a third of the speed
+    for _ in range(3):
+        store.record(make_sample(at=clock.now, ttft_ms=4000.0, decode_tps=300.0))
+    st = store.stats(KEY, 300)  # same instant: a big EWMA move invalidates the cache at once
+    assert st is not steady
+    assert st.ewma_ttft_ms is not None and st.ewma_ttft_ms > 2500.0
+    assert st.ewma_decode_tps is not None and st.ewma_decode_tps < 600.0
+    assert st.ttft_ms is not None and st.ttft_ms.p50 < 450.0  # the window quantiles barely move
+
+
+def test_timeout_without_first_token_raises_ttft_ewma(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock)
+    for _ in range(10):
+        store.record(make_sample(at=clock.now, ttft_ms=300.0))
+    for _ in range(3):
+        store.record(make_sample(at=clock.now, outcome=Outcome.TIMEOUT, ttft_ms=None, decode_tps=None,
+                                 e2e_ms=10_000.0))
+    st = store.stats(KEY)
+    assert st.ewma_ttft_ms is not None and st.ewma_ttft_ms > 5000.0
+    assert st.timeout_rate == pytest.approx(3 / 13)
+
+
+def test_stats_for_unknown_endpoint() -> None:
+    st = MemoryStore().stats("nobody/home", 60)
+    assert (st.requests, st.age_s, st.ttft_ms, st.ewma_ttft_ms) == (0, None, None, None)
+
+
+def test_idle_endpoints_are_dropped(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock)
+    for i in range(50):
+        store.record(make_sample(f"m/e{i}", at=clock.now))
+    store.begin("m/busy")
+    assert len(store.keys()) == 51
+    clock.advance(1800 + 60)
+    store.record(make_sample("m/e0", at=clock.now))
+    assert store.keys() == ["m/busy", "m/e0"]  # in-flight keeps an endpoint known
+    w = store.windows("m/e0")
+    assert w is not None and len(w) == 1
+
+
+def test_record_never_raises_and_ignores_bad_values(clock: FakeClock) -> None:
+    store = MemoryStore(clock=clock)
+    weird = AttemptSample(endpoint_key=KEY, started_at=clock.now, outcome=Outcome.OK, status=200,
+                          ttft_s=math.nan, ttfat_s=-1.0, decode_tps=math.inf, e2e_s=0.0)
+    store.record(weird)
+    store.record(None)  # type: ignore[arg-type]  # a bug in the caller must not break a request
+    st = store.stats(KEY, 60)
+    assert st.requests == 1
+
+
+def test_to_json_shape(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock)
+    store.begin(KEY)
+    for i in range(20):
+        store.record(make_sample(at=clock.now - 0.4, ttft_ms=300.0 + i * 10))
+    doc = store.stats(KEY, 300).to_json()
+    assert orjson.loads(orjson.dumps(doc)) == doc
+    assert doc["window_s"] == 300 and isinstance(doc["window_s"], int)
+    assert doc["requests"] == 20 and doc["in_flight"] == 1 and doc["age_s"] == pytest.approx(0.4)
+    assert set(doc["ttft_ms"]) >= {"p25", "p50", "p75", "p90", "p95", "p99"}
+    assert doc["ttfat_ms"] is not None and doc["decode_tps"]["p50"] == pytest.approx(900, rel=0.01)
+    assert set(doc["ewma"]) == {"ttft_ms", "decode_tps"}
+    assert doc["tokens"] == {"input": 2000, "cached_input": 0, "output": 1000, "reasoning": 0}
+    assert doc["cost_usd"] == pytest.approx(0.02)
+    for k in ("error_rate", "rate_limited_rate", "timeout_rate"):
+        assert doc[k] == 0.0
+
+
+async def test_make_store_and_protocol() -> None:
+    mem = make_store(None, replica_id="r1", cache_ttl_s=0.1, flush_interval_s=1.0)
+    assert isinstance(mem, MemoryStore) and isinstance(mem, TelemetryStore)
+    await mem.start()
+    await mem.stop()
+    assert isinstance(make_store("", replica_id="r1"), MemoryStore)
+    red = make_store("redis://127.0.0.1:1/0", replica_id="r1")
+    assert isinstance(red, RedisStore) and isinstance(red, TelemetryStore)

@@ -1,0 +1,156 @@
+"""The dispatch loop, with outcomes scripted at the transport seam (`httpx.MockTransport`).
+
+End-to-end tests against the simulator cover the same behaviour over real sockets; these pin down
+each branch of the loop cheaply and exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from gateway.config import Catalogue, load_catalogue
+from gateway.context import ChatRequest, Plan
+from gateway.dispatch import DispatchLimits, dispatch, upstream_body
+from gateway.errors import AllCandidatesFailed, UpstreamError
+from gateway.relay import collect
+from gateway.telemetry import MemoryStore
+from gateway.telemetry.sample import Outcome
+from gateway.upstream import Upstreams
+
+CATALOGUE = """
+providers:
+  a: {base_url: "http://a.test/v1", api_key_env: A_KEY}
+  b: {base_url: "http://b.test/v1"}
+models:
+  m:
+    endpoints:
+      - {provider: a, model: up-a, tier: fast, price: {input: 1, output: 2}, extra_body: {service_tier: x}}
+      - {provider: b, model: up-b, price: {input: 1, output: 2}}
+"""
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def sse(*events: object) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) + b"\n\n" for e in events)
+
+
+def token(text: str) -> dict:
+    return {"id": "x", "created": 1, "model": "up", "choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+OK_STREAM = sse(token("hi"), token(" there"), {"choices": [], "usage": {"prompt_tokens": 3,
+                                                                       "completion_tokens": 2}}, b"[DONE]")
+
+
+@pytest.fixture
+def catalogue(tmp_path: Path) -> Catalogue:
+    path = tmp_path / "providers.yaml"
+    path.write_text(CATALOGUE)
+    return load_catalogue(path, env={"A_KEY": "sk-test-secret"})[0]
+
+
+def request() -> ChatRequest:
+    return ChatRequest(request_id="r", body={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                       model="m", stream=False, include_usage=False, prompt_chars=1)
+
+
+async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: float = 2.0):
+    seen: list[httpx.Request] = []
+
+    def factory(provider):  # one MockTransport per provider, as Upstreams builds one client each
+        def handle(req: httpx.Request) -> httpx.Response:
+            seen.append(req)
+            return handlers[provider.name](req)
+        return httpx.MockTransport(handle)
+
+    upstreams = Upstreams(catalogue.providers, factory)
+    store = MemoryStore()
+    plan = Plan(model="m", candidates=catalogue.models["m"])
+    try:
+        served = await dispatch(request(), plan, upstreams, store, DispatchLimits(budget_s, 5.0))
+        completion = await collect(served.stream, "m")
+        await served.stream.aclose()
+        return served, completion, seen, store
+    finally:
+        await upstreams.aclose()
+
+
+def respond(status: int, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+    # A stream, not `content=`: a real network response arrives unread.
+    return httpx.Response(status, stream=httpx.ByteStream(body), headers=headers or {})
+
+
+def stream_response(body: bytes) -> Handler:
+    return lambda req: respond(200, body, {"content-type": "text/event-stream"})
+
+
+def error(status: int, code: str | None = None, headers: dict[str, str] | None = None) -> Handler:
+    body = orjson.dumps({"error": {"message": f"boom {status}", "type": "x", "code": code, "param": None}})
+    return lambda req: respond(status, body, headers)
+
+
+def test_upstream_body_rewrites_model_and_always_streams(catalogue: Catalogue) -> None:
+    body = orjson.loads(upstream_body(request(), catalogue.models["m"][0]))
+    assert body["model"] == "up-a" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True} and body["service_tier"] == "x"
+
+
+async def test_first_endpoint_serves(catalogue: Catalogue) -> None:
+    served, completion, seen, _ = await run(catalogue, {"a": stream_response(OK_STREAM)})
+    assert served.attempts == () and completion["choices"][0]["message"]["content"] == "hi there"
+    assert seen[0].headers["authorization"] == "Bearer sk-test-secret"
+    assert seen[0].url == "http://a.test/v1/chat/completions"
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(429, Outcome.RATE_LIMITED), (503, Outcome.SERVER_ERROR),
+                                                 (500, Outcome.SERVER_ERROR), (401, Outcome.SERVER_ERROR)])
+async def test_fails_over_on_retryable_or_misconfigured(catalogue: Catalogue, status: int,
+                                                        outcome: Outcome) -> None:
+    served, _, seen, store = await run(catalogue, {"a": error(status), "b": stream_response(OK_STREAM)})
+    assert [a.outcome for a in served.attempts] == [outcome]
+    assert served.stream.endpoint.id == "b/standard" and len(seen) == 2
+    assert store.stats("m/a/fast").requests == 1 and store.in_flight("m/a/fast") == 0
+
+
+async def test_client_error_returns_at_once(catalogue: Catalogue) -> None:
+    with pytest.raises(UpstreamError) as info:
+        await run(catalogue, {"a": error(400, "context_length_exceeded"), "b": stream_response(OK_STREAM)})
+    assert info.value.status == 400 and info.value.code == "context_length_exceeded"
+
+
+async def test_error_event_in_200_stream_fails_over(catalogue: Catalogue) -> None:
+    bad = sse({"error": {"message": "overloaded", "code": 503}})
+    served, _, _, _ = await run(catalogue, {"a": stream_response(bad), "b": stream_response(OK_STREAM)})
+    assert served.attempts[0].status == 503 and served.stream.endpoint.id == "b/standard"
+
+
+async def test_all_failed_carries_every_failure_and_renders_the_last(catalogue: Catalogue) -> None:
+    with pytest.raises(AllCandidatesFailed) as info:
+        await run(catalogue, {"a": error(429, headers={"retry-after": "3"}), "b": error(503)})
+    err = info.value
+    assert [e.status for _, e in err.failures] == [429, 503] and err.status == 503
+    assert "all candidates failed" in err.message and err.headers()["x-should-retry"] == "false"
+
+
+async def test_malformed_chunk_is_skipped(catalogue: Catalogue) -> None:
+    body = sse(token("a"), b"{not json", token("b"), b"[DONE]")
+    served, completion, _, _ = await run(catalogue, {"a": stream_response(body)})
+    assert completion["choices"][0]["message"]["content"] == "ab" and served.stream.meter.malformed == 1
+
+
+async def test_first_token_budget(catalogue: Catalogue) -> None:
+    class Silent(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            await asyncio.sleep(10)
+            yield b""
+
+    silent = lambda req: httpx.Response(200, stream=Silent())  # noqa: E731
+    served, _, _, _ = await run(catalogue, {"a": silent, "b": stream_response(OK_STREAM)}, budget_s=0.2)
+    assert served.attempts[0].outcome is Outcome.TIMEOUT and served.attempts[0].duration_s < 0.5
