@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import gc
 import random
-import statistics
 import time
 import tracemalloc
 import uuid
@@ -33,7 +32,7 @@ def make_samples(n: int, endpoints: int, now: float, spread_s: float = 5.0) -> l
     for i in range(n):
         ttft = r.lognormvariate(-0.9, 0.5)
         out.append(AttemptSample(
-            endpoint_key=f"model-{i % 7}/ep{i % endpoints}", started_at=now - r.uniform(0, spread_s) - 3,
+            endpoint_key=f"m/ep{i % endpoints}", started_at=now - r.uniform(0, spread_s) - 3,
             outcome=r.choice(outcomes), status=200, ttft_s=ttft, ttfat_s=ttft * 1.5,
             decode_tps=r.lognormvariate(6.5, 0.3), e2e_s=3.0 + r.random(), input_tokens=r.randint(50, 4000),
             cached_input_tokens=r.randint(0, 1000), output_tokens=r.randint(10, 2000),
@@ -87,45 +86,69 @@ def bench_store(name: str, store: StoreBase, samples: list[AttemptSample], keys:
           + "  ".join(f"{w}s: {miss[w] / 1000:6.1f} us" for w in WINDOWS))
 
 
-def bench_memory(endpoints: int, n: int) -> None:
+def bench_memory(endpoints: int, n: int, seconds: float) -> None:
     now = time.time()
     store = MemoryStore()
     samples = make_samples(n, endpoints, now)
     keys = sorted({s.endpoint_key for s in samples})
     bench_store("MemoryStore", store, samples, keys)
+    asyncio.run(live_load(MemoryStore(), endpoints, 1000.0, seconds, 10))
 
 
-async def bench_redis(url: str, endpoints: int, n: int) -> None:
+async def live_load(store: StoreBase, endpoints: int, rps: float, seconds: float, candidates: int) -> None:
+    """Simulated live traffic: `rps` attempts/s, each preceded by stats() for `candidates` endpoints.
+
+    Reports the time spent inside record()/stats() and the process CPU left for everything else
+    (for a RedisStore: the background flush/refresh work).
+    """
+    r = random.Random(9)
+    keys = [f"m/ep{i}" for i in range(endpoints)]
+    rec_ns = st_ns = 0
+    n_rec = n_st = 0
+    cpu0 = time.process_time()
+    t_end = time.monotonic() + seconds
+    tick = 0.01
+    per_tick = max(1, int(rps * tick))
+    while time.monotonic() < t_end:
+        t_tick = time.monotonic()
+        now = time.time()
+        batch = make_samples(per_tick, endpoints, now, spread_s=0.01)
+        for s in batch:
+            t0 = time.perf_counter_ns()
+            for _ in range(candidates):
+                store.stats(keys[r.randrange(endpoints)], 300)
+            t1 = time.perf_counter_ns()
+            store.record(s)
+            t2 = time.perf_counter_ns()
+            st_ns += t1 - t0
+            rec_ns += t2 - t1
+            n_st += candidates
+            n_rec += 1
+        await asyncio.sleep(max(0.0, tick - (time.monotonic() - t_tick)))
+    cpu = time.process_time() - cpu0
+    other_cpu = cpu - (rec_ns + st_ns) / 1e9
+    print(f"{type(store).__name__:12s} live {rps:.0f} attempts/s, {endpoints} endpoints, "
+          f"{candidates} stats()/attempt for {seconds:.0f}s: record() {rec_ns / n_rec:6.0f} ns/op, "
+          f"stats() {st_ns / n_st:6.0f} ns/op "
+          f"(cache hits and misses), CPU {cpu / seconds * 100:4.1f}% of a core, "
+          f"of which outside record/stats {max(0.0, other_cpu) / seconds * 100:4.1f}%")
+
+
+async def bench_redis(url: str, endpoints: int, n: int, seconds: float) -> None:
     prefix = f"ur:bench:{uuid.uuid4().hex[:8]}"
     store = RedisStore(url, replica_id="bench", key_prefix=prefix)
     await store.start()
     try:
+        await live_load(store, endpoints, 1000.0, seconds, 10)
+        flush_ms = store.flush_seconds / max(1, store.flushes) * 1000
+        refresh_ms = store.refresh_seconds / max(1, store.refreshes) * 1000
+        print(f"{'':12s} background during the live run: {store.flushes} flushes, {flush_ms:.1f} ms each; "
+              f"{store.refreshes} refreshes, {refresh_ms:.1f} ms each (wall, incl. Redis); "
+              f"redis_errors={store.redis_errors}")
         now = time.time()
         samples = make_samples(n, endpoints, now)
         keys = sorted({s.endpoint_key for s in samples})
-        # feed like live traffic: in slices, letting the background task run in between
-        t0 = time.perf_counter_ns()
-        for i in range(0, n, 1000):
-            for s in samples[i:i + 1000]:
-                store.record(s)
-            await asyncio.sleep(0)
-        rec_ns = (time.perf_counter_ns() - t0) / n
-        await asyncio.sleep(1.5)  # a few flushes and refreshes
-        flush_ms, refresh_ms = [], []
-        for _ in range(5):
-            for s in samples[:2000]:
-                store.record(s)
-            t = time.perf_counter()
-            await store._flush()
-            flush_ms.append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            await store._refresh()
-            refresh_ms.append((time.perf_counter() - t) * 1000)
-        print(f"RedisStore   record() while the background task runs: {rec_ns:8.0f} ns/op (wall, incl. loop)")
         bench_store("RedisStore", store, samples[:50_000], keys)
-        print(f"{'':12s} flush of 2000 samples / {len(keys)} endpoints: "
-              f"{statistics.median(flush_ms):.1f} ms, refresh (hot buckets of {len(keys)} endpoints): "
-              f"{statistics.median(refresh_ms):.1f} ms; redis_errors={store.redis_errors}")
     finally:
         await store.stop()
         client = aioredis.from_url(url)
@@ -170,10 +193,11 @@ def main() -> None:
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--endpoints", type=int, default=200)
     ap.add_argument("--samples", type=int, default=200_000)
+    ap.add_argument("--seconds", type=float, default=5.0, help="duration of the live-load runs")
     ap.add_argument("--memory", action="store_true", help="also measure the 30-minute footprint")
     args = ap.parse_args()
-    bench_memory(args.endpoints, args.samples)
-    asyncio.run(bench_redis(args.redis_url, args.endpoints, args.samples))
+    bench_memory(args.endpoints, args.samples, args.seconds)
+    asyncio.run(bench_redis(args.redis_url, args.endpoints, args.samples, args.seconds))
     if args.memory:
         bench_footprint(args.endpoints, 1000.0)
 

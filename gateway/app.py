@@ -21,6 +21,7 @@ from gateway import pipeline
 from gateway.config import Config
 from gateway.endpoint_view import endpoint_json
 from gateway.errors import GatewayError, InvalidRequest, error_body
+from gateway.explain import plan_json
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
 
@@ -101,6 +102,15 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await pipeline.handle(request, services_of(request), request.scope["state"]["request_id"])
+
+    @app.post("/v1/route")
+    async def route(request: Request) -> JSONResponse:
+        """The plan for a completion body, without calling any upstream: ranked candidates with the
+        figures behind them, and every excluded endpoint with the reason."""
+        services = services_of(request)
+        _, plan = pipeline.prepare(await request.body(), request, services,
+                                   request.scope["state"]["request_id"])
+        return JSONResponse(plan_json(plan))
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:

@@ -64,6 +64,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(port=args.port, warmup=not args.no_warmup)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from gateway.bench.command import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ultraroute", description="A speed-aware routing gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=8080)
     demo.add_argument("--no-warmup", action="store_true")
     demo.set_defaults(func=_demo)
+
+    from gateway.bench.options import add_arguments as add_bench_arguments
+
+    bench = sub.add_parser("bench", help="measure speed and cost per concurrency level, before paying")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_bench)
     return parser
 
 

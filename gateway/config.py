@@ -102,6 +102,8 @@ class GatewayFile(_Frozen):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     first_token_budget_s: float = Field(default=10.0, gt=0)  # per attempt, until the first token
     stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
+    explore_rate: float = Field(default=0.05, ge=0, le=1)  # requests that re-check a stale endpoint
+    sticky_idle_s: float = Field(default=600.0, gt=0)  # a conversation's affinity lasts this long idle
 
 
 class CatalogueFile(_Frozen):

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.config import Endpoint
 from gateway.policy import PercentileThreshold, ProviderOptions, Sort, Speed
+from gateway.routing.figures import Figures
 from gateway.telemetry.sample import Outcome
 
 
@@ -60,7 +61,7 @@ class Preferences:
     require_parameters: bool = False
     regions: tuple[str, ...] | None = None
     hedge_after_ms: float | None = None
-    sticky: bool = False
+    sticky: bool | None = None  # None: sticky when a session is named or cached input is cheaper
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +71,37 @@ class Exclusion:
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """One endpoint of the plan with the figures it was ranked by."""
+
+    endpoint: Endpoint
+    figures: Figures
+    tier_rank: int  # 0 = the tier asked for; higher = fallback tiers
+    notes: tuple[str, ...] = ()  # why it sits where it does: "sticky", "explore", "slower", ...
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """A premium-tier endpoint passed over for a cheaper tier, and why ("slower" or "capacity")."""
+
+    endpoint_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The endpoints to try, in order, and the ones left out with the reason."""
 
-    model: str  # the public model name the candidates serve
-    candidates: tuple[Endpoint, ...]
+    model: str  # the public model name asked for (after alias resolution)
+    candidates: tuple[Candidate, ...]
     excluded: tuple[Exclusion, ...] = ()
-    strategy: str = "catalogue-order"
+    strategy: str = "default"
+    spills: tuple[Spill, ...] = ()
+    session_key: str | None = None  # the conversation this request belongs to, for stickiness
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return tuple(c.endpoint for c in self.candidates)
 
 
 @dataclass(frozen=True, slots=True)

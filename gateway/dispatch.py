@@ -30,10 +30,9 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from gateway.record import record_attempt
+from gateway.record import Recorder
 from gateway.relay import Meter, StreamBroken, UpstreamStream
 from gateway.telemetry.sample import Outcome
-from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import Upstreams
 
 _MAX_ERROR_BODY = 64 * 1024
@@ -131,20 +130,20 @@ async def _try(
 
 
 async def dispatch(
-    request: ChatRequest, plan: Plan, upstreams: Upstreams, telemetry: TelemetryStore, limits: DispatchLimits
+    request: ChatRequest, plan: Plan, upstreams: Upstreams, recorder: Recorder, limits: DispatchLimits
 ) -> Served:
     """Try the plan's candidates in order; return the first that produces a token."""
     attempts: list[Attempt] = []
     failures: list[tuple[str, GatewayError]] = []
-    for endpoint in plan.candidates:
-        in_flight = telemetry.begin(endpoint.key)
+    for endpoint in plan.endpoints:
+        in_flight = recorder.begin(endpoint)
         started_at = time.time()
         meter = Meter(t_sent=time.perf_counter())
         try:
             stream = await _try(upstreams, endpoint, upstream_body(request, endpoint), meter, limits)
         except GatewayError as err:
             outcome = outcome_of(err)
-            record_attempt(telemetry, endpoint, meter, outcome, err.status, started_at, in_flight)
+            recorder.record(endpoint, meter, outcome, err.status, started_at, in_flight)
             attempts.append(Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome, err.status,
                                     err.metric_label, time.perf_counter() - meter.t_sent))
             failures.append((endpoint.id, err))
@@ -153,7 +152,7 @@ async def dispatch(
             continue
         except BaseException:
             # The client went away (cancellation) while we waited: still pair begin() with end().
-            record_attempt(telemetry, endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
+            recorder.record(endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
             raise
         return Served(stream, tuple(attempts), started_at, in_flight)
     if not failures:

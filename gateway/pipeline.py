@@ -14,8 +14,7 @@ stage are `GatewayError`s, rendered in one place (`app.py`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -23,14 +22,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message
 
-from gateway import routing
 from gateway.context import ChatRequest, Plan, RequestContext
 from gateway.dispatch import Served, dispatch, outcome_of
 from gateway.errors import GatewayError
+from gateway.explain import metadata_json
 from gateway.parse import parse_chat_request
-from gateway.record import record_attempt
+from gateway.preferences import resolve
 from gateway.relay import collect, sse_body
 from gateway.services import Services
+from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
 
 
@@ -43,14 +43,17 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
         "x-ultraroute-tier": endpoint.tier.value,
         "x-ultraroute-attempts": str(len(ctx.attempts) + 1),
     }
-    if ctx.attempts:
-        hops = [*(a.endpoint_id for a in ctx.attempts), endpoint.id]
-        reasons = ",".join(a.reason for a in ctx.attempts)
-        headers["x-ultraroute-fallback"] = f"{'->'.join(hops)} ({reasons})"
+    # Premium endpoints passed over before any attempt (spills), then the ones that failed.
+    spills = [(s.endpoint_id, s.reason) for s in ctx.plan.spills] if ctx.plan else []
+    hops = spills + [(a.endpoint_id, a.reason) for a in ctx.attempts]
+    if hops:
+        path = "->".join([*(h[0] for h in hops), endpoint.id])
+        headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
     return headers
 
 
-def finish(services: Services, served: Served, failure: GatewayError | None, cancelled: bool) -> None:
+def finish(services: Services, served: Served, session_key: str | None, failure: GatewayError | None,
+           cancelled: bool) -> None:
     """Stage 6 for the attempt that served; failed attempts were recorded as they failed."""
     stream = served.stream
     if cancelled:
@@ -59,22 +62,24 @@ def finish(services: Services, served: Served, failure: GatewayError | None, can
         outcome, status = outcome_of(failure), failure.status
     else:
         outcome, status = Outcome.OK, 200
-    record_attempt(services.telemetry, stream.endpoint, stream.meter, outcome, status, served.started_at,
-                   served.in_flight_at_start)
+    services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
+                             served.in_flight_at_start, session_key)
 
 
-async def _relay_stream(services: Services, served: Served, model: str, include_usage: bool
-                        ) -> AsyncIterator[bytes]:
+async def _relay_stream(services: Services, served: Served, ctx: RequestContext,
+                        trailer: bytes | None) -> AsyncIterator[bytes]:
     cancelled = True
+    session = ctx.plan.session_key if ctx.plan else None
     try:
-        async for data in sse_body(served.stream, model, include_usage):
+        model = served.stream.endpoint.model
+        async for data in sse_body(served.stream, model, ctx.request.include_usage, trailer):
             yield data
         cancelled = False
     finally:
         # Runs when the client disconnects too (Starlette cancels us): closing the response drops the
         # upstream connection, so the provider stops generating.
         await served.stream.aclose()
-        finish(services, served, served.stream.failure, cancelled)
+        finish(services, served, session, served.stream.failure, cancelled)
 
 
 async def _until_disconnect(receive: Callable[[], Awaitable[Message]]) -> None:
@@ -82,29 +87,39 @@ async def _until_disconnect(receive: Callable[[], Awaitable[Message]]) -> None:
         pass
 
 
-async def unless_disconnected(work: Awaitable[Response], receive: Callable[[], Awaitable[Message]]
-                              ) -> Response:
-    """Run `work`, abandoning it (and so its upstream request) as soon as the client hangs up."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnect(receive))
+async def unless_disconnected(work: Coroutine[Any, Any, Response],
+                              receive: Callable[[], Awaitable[Message]]) -> Response:
+    """Run `work` in this task, abandoning it (and so its upstream request) when the client hangs up.
+
+    `work` runs in the current task, not a new one, so dispatch starts (and counts itself in flight)
+    before any other request is planned: a burst of requests sees each other's load."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        await _until_disconnect(receive)
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()
+        return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
-    return task.result()
 
 
-async def _collect_json(services: Services, served: Served, model: str) -> dict[str, Any]:
+async def _collect_json(services: Services, served: Served, session_key: str | None) -> dict[str, Any]:
     failure: GatewayError | None = None
     cancelled = False
     try:
-        return await collect(served.stream, model)
+        return await collect(served.stream, served.stream.endpoint.model)
     except GatewayError as err:
         failure = err
         raise
@@ -113,30 +128,43 @@ async def _collect_json(services: Services, served: Served, model: str) -> dict[
         raise
     finally:
         await served.stream.aclose()
-        finish(services, served, failure, cancelled)
+        finish(services, served, session_key, failure, cancelled)
 
 
 async def _serve(chat: ChatRequest, plan: Plan, services: Services) -> Response:
     """Stages 4-6: dispatch, then relay (streaming) or collect (JSON); both end by recording."""
-    served = await dispatch(chat, plan, services.upstreams, services.telemetry, services.limits)
+    served = await dispatch(chat, plan, services.upstreams, services.recorder, services.limits)
     ctx = RequestContext(request=chat, plan=plan, attempts=served.attempts)
     headers = served_headers(ctx, served)
+    endpoint = served.stream.endpoint
+    metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
     if chat.stream:
+        trailer = None
+        if metadata is not None:
+            trailer = encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
+                                                 "choices": [], "ultraroute": metadata}))
         return StreamingResponse(
-            _relay_stream(services, served, plan.model, chat.include_usage),
+            _relay_stream(services, served, ctx, trailer),
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
-    completion = await _collect_json(services, served, plan.model)
-    completion["provider"] = served.stream.endpoint.provider.name  # as OpenRouter reports it
+    completion = await _collect_json(services, served, plan.session_key)
+    completion["provider"] = endpoint.provider.name  # as OpenRouter reports it
+    if metadata is not None:
+        completion["ultraroute"] = metadata
     return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
+
+
+def prepare(raw: bytes, request: Request, services: Services, request_id: str) -> tuple[ChatRequest, Plan]:
+    """Stages 1-3: parse, resolve preferences, select. Pure, no I/O: also what `/v1/route` shows."""
+    chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway.max_body_bytes)
+    prefs = resolve(chat, request.headers, services.config.policies)
+    return chat, services.router.plan(chat, prefs)
 
 
 async def handle(request: Request, services: Services, request_id: str) -> Response:
     """parse -> resolve -> select -> dispatch -> relay -> record."""
-    raw = await request.body()
-    chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway.max_body_bytes)
-    plan = routing.plan(services.config.catalogue, chat)
+    chat, plan = prepare(await request.body(), request, services, request_id)
     # Until the response starts, only this watcher notices a client that hangs up; once a stream
     # has started, Starlette's StreamingResponse does the same.
     return await unless_disconnected(_serve(chat, plan, services), request.receive)

@@ -1,8 +1,8 @@
 """Stage 6, record: turn one attempt's meter into an `AttemptSample`, with its cost, and store it.
 
 Called once per upstream attempt, finished or failed, and always paired with the `begin()` the
-dispatcher made, so in-flight counts stay right. Storing is an in-memory append: the telemetry store
-flushes to Redis in the background, never on this path.
+dispatcher made, so in-flight counts stay right. Storing is in memory: the telemetry store flushes
+to Redis in the background, never on this path.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 
 from gateway.config import Endpoint
 from gateway.relay import Meter
+from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 
@@ -31,8 +32,36 @@ def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int
     return 0.0
 
 
-def record_attempt(
-    telemetry: TelemetryStore,
+class Recorder:
+    """Stage 6 as an object: where every attempt's sample goes (telemetry, the router's load
+    models and session affinity). `begin()` and `record()` always come in pairs."""
+
+    def __init__(self, telemetry: TelemetryStore, router: Router) -> None:
+        self.telemetry = telemetry
+        self.router = router
+
+    def begin(self, endpoint: Endpoint) -> int:
+        """An attempt starts; returns how many were already in flight at that endpoint."""
+        return self.telemetry.begin(endpoint.key)
+
+    def record(
+        self,
+        endpoint: Endpoint,
+        meter: Meter,
+        outcome: Outcome,
+        status: int | None,
+        started_at: float,
+        in_flight_at_start: int,
+        session_key: str | None = None,
+    ) -> AttemptSample:
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start)
+        self.telemetry.record(sample)
+        self.telemetry.end(endpoint.key)
+        self.router.observe(sample, session_key)
+        return sample
+
+
+def make_sample(
     endpoint: Endpoint,
     meter: Meter,
     outcome: Outcome,
@@ -63,6 +92,4 @@ def record_attempt(
         cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1),
         in_flight_at_start=in_flight_at_start,
     )
-    telemetry.record(sample)
-    telemetry.end(endpoint.key)
     return sample

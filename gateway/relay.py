@@ -169,9 +169,10 @@ class UpstreamStream:
 
 
 async def sse_body(
-    stream: UpstreamStream, model: str, include_usage: bool
+    stream: UpstreamStream, model: str, include_usage: bool, trailer: bytes | None = None
 ) -> AsyncIterator[bytes]:
-    """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` or an `error` event."""
+    """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer`, an
+    extra event such as the gateway's metadata) or with an `error` event."""
     try:
         async for chunks in stream.batches():
             out = []
@@ -189,7 +190,7 @@ async def sse_body(
         stream.failure = err
         yield error_event(err)
         return
-    yield DONE_EVENT
+    yield trailer + DONE_EVENT if trailer else DONE_EVENT
 
 
 def error_event(err: GatewayError) -> bytes:

@@ -1,4 +1,4 @@
-"""The one `Services` object a running gateway owns: config, upstream pools, telemetry.
+"""The one `Services` object a running gateway owns: config, upstream pools, telemetry, router.
 
 Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
 argument. There are no module-level singletons.
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from gateway.config import Config
 from gateway.dispatch import DispatchLimits
+from gateway.record import Recorder
+from gateway.routing.router import Router, RouterSettings
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
@@ -23,6 +25,8 @@ class Services:
     config: Config
     upstreams: Upstreams
     telemetry: TelemetryStore
+    router: Router
+    recorder: Recorder
     limits: DispatchLimits
     replica_id: str
 
@@ -34,12 +38,17 @@ async def open_services(
     replica_id = f"{os.uname().nodename}-{os.getpid()}"
     telemetry = make_store(config.redis_url, replica_id=replica_id)
     upstreams = Upstreams(config.catalogue.providers, transport_factory)
+    settings = RouterSettings(explore_rate=config.gateway.explore_rate,
+                              sticky_idle_s=config.gateway.sticky_idle_s)
+    router = Router(config.catalogue, telemetry, settings)
     await telemetry.start()
     try:
         yield Services(
             config=config,
             upstreams=upstreams,
             telemetry=telemetry,
+            router=router,
+            recorder=Recorder(telemetry, router),
             limits=DispatchLimits(
                 first_token_budget_s=config.gateway.first_token_budget_s,
                 stall_timeout_s=config.gateway.stall_timeout_s,

@@ -15,10 +15,13 @@ import orjson
 import pytest
 
 from gateway.config import Catalogue, load_catalogue
-from gateway.context import ChatRequest, Plan
+from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import DispatchLimits, dispatch, upstream_body
 from gateway.errors import AllCandidatesFailed, UpstreamError
+from gateway.record import Recorder
 from gateway.relay import collect
+from gateway.routing.figures import Figures
+from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import Outcome
 from gateway.upstream import Upstreams
@@ -72,9 +75,11 @@ async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: floa
 
     upstreams = Upstreams(catalogue.providers, factory)
     store = MemoryStore()
-    plan = Plan(model="m", candidates=catalogue.models["m"])
+    recorder = Recorder(store, Router(catalogue, store))
+    none = Figures(None, None, None, 0, 0, "none")
+    plan = Plan(model="m", candidates=tuple(Candidate(e, none, 0) for e in catalogue.models["m"]))
     try:
-        served = await dispatch(request(), plan, upstreams, store, DispatchLimits(budget_s, 5.0))
+        served = await dispatch(request(), plan, upstreams, recorder, DispatchLimits(budget_s, 5.0))
         completion = await collect(served.stream, "m")
         await served.stream.aclose()
         return served, completion, seen, store

@@ -135,7 +135,8 @@ def test_context_length_error_passes_through(client: openai.OpenAI, sim: SimProc
 
 
 def test_failover_reports_what_served(client: openai.OpenAI) -> None:
-    raw = client.chat.completions.with_raw_response.create(model="failover-model", messages=USER)
+    raw = client.chat.completions.with_raw_response.create(model="failover-model", messages=USER,
+                                                           extra_body={"speed": "fast"})
     assert raw.headers["x-ultraroute-endpoint"] == "backup/standard"
     assert raw.headers["x-ultraroute-attempts"] == "2"
     assert raw.headers["x-ultraroute-fallback"].startswith("broken/fast->backup/standard")

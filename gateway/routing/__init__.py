@@ -1,8 +1,9 @@
 """Stage 3, select: which endpoints may serve a request, in what order, and why.
 
-`plan()` is the entry point; the filters, scoring and load awareness live in this package's modules.
+    filters.py   hard filters: what may serve at all (catalogue, request, preferences)
+    figures.py   what each endpoint is ranked by: predicted speed at its load, TTFT, price
+    tiers.py     speed tiers: which tiers a request may use, and in what order
+    ranking.py   ordering within and across tiers: sort keys, spills, soft thresholds, `order`
+    sticky.py    prompt-cache affinity: a conversation stays on the endpoint that served it
+    router.py    the `Router`: puts it together per request, with the cached parts cached
 """
-
-from gateway.routing.plan import plan
-
-__all__ = ["plan"]

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.telemetry import RedisStore
 from gateway.telemetry.sample import Outcome
@@ -18,6 +19,7 @@ from .conftest import FakeClock, SampleFactory, build_sample
 pytestmark = pytest.mark.timeout(60)
 
 FAST = {"flush_interval_s": 0.2, "refresh_interval_s": 0.2}
+LOGGER = "ultraroute.telemetry"
 
 
 async def eventually(pred: Callable[[], bool], timeout: float, step: float = 0.05) -> float:
@@ -53,14 +55,15 @@ async def test_samples_recorded_on_one_replica_reach_the_other(
     b = await stores(redis_url, "B", key_prefix=key_prefix, **FAST)
     now = time.time()
     for i in range(100):
-        a.record(make_sample("m/x", at=now, ttft_ms=200.0 + i, outcome=Outcome.OK if i % 10 else Outcome.TIMEOUT))
+        outcome = Outcome.OK if i % 10 else Outcome.TIMEOUT
+        a.record(make_sample("m/x", at=now, ttft_ms=200.0 + i, outcome=outcome))
     took = await eventually(lambda: b.stats("m/x", 60).requests == 100, timeout=2.0)
     assert took < 2.0
     sb = b.stats("m/x", 60)
     assert sb.timeout_rate == pytest.approx(0.1)
     assert sb.ttft_ms is not None and sb.ttft_ms.p50 == pytest.approx(250, rel=0.02)
     assert sb.tokens.input == 100 * 100
-    assert "m/x" in b.keys()
+    assert "m/x" in list(b.keys())
     # A's own view = Redis (its flushed data) + nothing pending: no double counting
     await eventually(lambda: a.flushes >= 2 and a.refreshes >= 2, timeout=2.0)
     a.cache_ttl_s = 0.0
@@ -164,6 +167,7 @@ async def test_writes_are_batched_per_interval_not_per_sample(private_redis, sto
     assert incr <= flushes * 24, (incr, flushes)
     # per flush: those + EXPIREs + directory/in-flight/replica upkeep (a handful)
     assert total <= flushes * 40, (total, flushes)
+    print("batching:", dict(flushes=flushes, incr=incr, total=total, elapsed=round(elapsed, 2)))
     assert incr < 500 and total < 500  # i.e. nothing per sample
     # and the data is all there
     st = RedisStore(private_redis.url, replica_id="reader", **FAST)
@@ -177,7 +181,7 @@ async def test_writes_are_batched_per_interval_not_per_sample(private_redis, sto
 async def test_outage_keeps_local_data_logs_once_and_resyncs(
     private_redis, stores, make_sample: SampleFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ultraroute.telemetry")
+    caplog.set_level(logging.INFO, logger=LOGGER)
     a = await stores(private_redis.url, "A", **FAST)
     b = await stores(private_redis.url, "B", **FAST)
     a.cache_ttl_s = b.cache_ttl_s = 0.0
@@ -196,7 +200,7 @@ async def test_outage_keeps_local_data_logs_once_and_resyncs(
     assert a.stats("m/outage", 60).tokens.input == 30 * 7
     assert a.stats("m/before", 60).requests == 10  # the last merged view is kept
     assert b.stats("m/outage", 60).requests == 0
-    warnings = [r for r in caplog.records if r.name == "ultraroute.telemetry" and r.levelno >= logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
     assert len(warnings) == 2, [r.getMessage() for r in warnings]  # one per replica, not per round trip
     assert {"telemetry[A]", "telemetry[B]"} == {r.getMessage().split(":")[0] for r in warnings}
 
@@ -206,7 +210,7 @@ async def test_outage_keeps_local_data_logs_once_and_resyncs(
     assert b.stats("m/outage", 60).tokens.input == 30 * 7
     assert a.connected and b.connected
     assert a.stats("m/outage", 60).requests == 30  # not double counted after the resync
-    warnings = [r for r in caplog.records if r.name == "ultraroute.telemetry" and r.levelno >= logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
     assert len(warnings) == 2
     recovered = [r for r in caplog.records if "reachable again" in r.getMessage()]
     assert len(recovered) == 2
@@ -285,3 +289,53 @@ async def test_new_replica_loads_history(redis_url: str, key_prefix: str, stores
                      timeout=10.0)
     assert 3 <= c.stats("m/x", 60).requests <= 4  # ages 0, 20, 40 (and 60: bucket granularity)
     assert c.stats("m/x", 60).age_s is not None
+
+
+async def test_flush_with_lost_reply_is_resent_and_applied_once(
+    redis_url: str, key_prefix: str, stores
+) -> None:
+    """Redis applied a flush but the reply never came back: the re-send is deduplicated (exactly once)."""
+    a = await stores(redis_url, "A", key_prefix=key_prefix, **FAST)
+    b = await stores(redis_url, "B", key_prefix=key_prefix, **FAST)
+    await eventually(lambda: a.flushes >= 1, timeout=2.0)
+    assert a._client is not None
+    real_pipeline = a._client.pipeline
+    lost = {"n": 0}
+
+    def pipeline_losing_one_reply(*args: object, **kw: object):
+        pipe = real_pipeline(*args, **kw)
+        real_execute = pipe.execute
+
+        async def execute(raise_on_error: bool = True):
+            carries_data = any("HINCRBY" in str(args) for args, _ in pipe.command_stack)
+            result = await real_execute(raise_on_error=raise_on_error)
+            if carries_data and lost["n"] == 0:
+                lost["n"] = 1
+                raise RedisTimeoutError("reply lost (test)")  # Redis did apply it
+            return result
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+    a._client.pipeline = pipeline_losing_one_reply  # type: ignore[method-assign]
+    for _ in range(25):
+        a.record(build_sample("m/x", at=time.time()))
+    await eventually(lambda: lost["n"] == 1 and not a._unacked and a.flushes >= 3, timeout=5.0)
+    assert a.redis_errors >= 1
+    b.cache_ttl_s = a.cache_ttl_s = 0.0
+    await eventually(lambda: b.stats("m/x", 60).requests == 25, timeout=3.0)
+    await asyncio.sleep(0.6)
+    assert b.stats("m/x", 60).requests == 25  # not 50
+    assert a.stats("m/x", 60).requests == 25
+
+
+async def test_large_backlog_is_flushed_in_bounded_chunks(redis_url: str, key_prefix: str, stores) -> None:
+    a = await stores(redis_url, "A", key_prefix=key_prefix, max_commands_per_flush=60, **FAST)
+    b = await stores(redis_url, "B", key_prefix=key_prefix, **FAST)
+    flushes0 = a.flushes
+    now = time.time()
+    for i in range(30):
+        a.record(build_sample(f"m/e{i}", at=now, ttft_ms=100.0 + i))
+    await eventually(lambda: sum(b.stats(f"m/e{i}", 60).requests for i in range(30)) == 30, timeout=5.0)
+    assert a.flushes - flushes0 >= 30 * 14 // 60  # ~14 commands per endpoint, at most 60 per flush
+    assert a.stats("m/e7", 60).requests == 1

@@ -15,7 +15,9 @@ BUCKET_S = 10.0
 
 
 @pytest.mark.parametrize("window_s", [60, 300, 1800])
-def test_window_includes_and_excludes_by_age(window_s: int, clock: FakeClock, make_sample: SampleFactory) -> None:
+def test_window_includes_and_excludes_by_age(
+    window_s: int, clock: FakeClock, make_sample: SampleFactory
+) -> None:
     w = EndpointWindows(BUCKET_S, 1800)
     now = clock.now + 3.7  # not on a bucket boundary
     ages = {
@@ -33,7 +35,9 @@ def test_window_includes_and_excludes_by_age(window_s: int, clock: FakeClock, ma
     assert st.age_s == pytest.approx(0.5)
 
 
-def test_windows_of_different_lengths_see_different_counts(clock: FakeClock, make_sample: SampleFactory) -> None:
+def test_windows_of_different_lengths_see_different_counts(
+    clock: FakeClock, make_sample: SampleFactory
+) -> None:
     w = EndpointWindows(BUCKET_S, 1800)
     now = clock.now
     for age in range(0, 1790, 5):  # one sample every 5 s for ~30 min

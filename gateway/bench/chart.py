@@ -1,0 +1,78 @@
+"""The PNG chart: speed against cost per 1M output tokens, one point per concurrency level.
+
+Two panels sharing the x axis (USD per 1M output tokens): per-user decode p50 (tok/s) and
+aggregate output (tok/s). One series per target, each point labelled with its level (c=N).
+Per-token pricing puts a target's points on one vertical line (its price does not move with load);
+hourly pricing spreads them (busier = cheaper per token). Targets without a price cannot be placed
+on a cost axis: they are listed under the chart; when no target has one, the x axis becomes the
+concurrency level instead.
+Does: draw with matplotlib's object API on the Agg canvas (no pyplot, no display, no global state).
+Does not: compute any figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gateway.bench.models import LevelStats
+
+_WIDE = 10.0  # a range wider than this ratio gets a log axis, so the small values stay readable
+
+
+def _targets(stats: Sequence[LevelStats]) -> list[str]:
+    return list(dict.fromkeys(s.target for s in stats))
+
+
+def _maybe_log(axis_values: Sequence[float], set_scale: object) -> None:
+    positive = [v for v in axis_values if v > 0]
+    if positive and max(positive) / min(positive) > _WIDE:
+        set_scale("log")  # type: ignore[operator]
+
+
+def write_chart(path: Path, stats: Sequence[LevelStats], title: str = "ultraroute bench") -> Path:
+    targets = _targets(stats)
+    priced = {s.target for s in stats if s.cost_per_1m_output is not None}
+    by_cost = bool(priced)
+    fig = Figure(figsize=(12, 5.2), dpi=110)
+    FigureCanvasAgg(fig)
+    panels = fig.subplots(1, 2)
+    metrics = (("decode_tps_p50", "per-user decode p50 (tok/s)"),
+               ("aggregate_tps", "aggregate output (tok/s)"))
+    xs_all: list[float] = []
+    for ax, (field, label) in zip(panels, metrics, strict=True):
+        ys_all: list[float] = []
+        for target in targets:
+            points = []
+            for s in sorted((s for s in stats if s.target == target), key=lambda s: s.level):
+                x = s.cost_per_1m_output if by_cost else float(s.level)
+                y = getattr(s, field)
+                if x is not None and y is not None:
+                    points.append((x, y, s.level))
+            if not points:
+                continue
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            xs_all += xs
+            ys_all += ys
+            (line,) = ax.plot(xs, ys, marker="o", linewidth=1.8, label=target)
+            for x, y, level in points:
+                ax.annotate(f"c={level}", (x, y), textcoords="offset points", xytext=(6, 4),
+                            fontsize=8, color=line.get_color())
+        ax.set_ylabel(label)
+        ax.set_xlabel("cost per 1M output tokens (USD)" if by_cost else "concurrency (no prices given)")
+        ax.set_title(label.split(" (")[0] + (" vs cost" if by_cost else " vs concurrency"))
+        ax.grid(True, alpha=0.3)
+        _maybe_log(ys_all, ax.set_yscale)
+        _maybe_log(xs_all, ax.set_xscale)
+        if ys_all:
+            ax.legend(title="target")
+    missing = [t for t in targets if t not in priced]
+    if by_cost and missing:
+        fig.text(0.01, 0.01, f"not plotted (no price): {', '.join(missing)}", fontsize=8)
+    fig.suptitle(f"{title}: speed vs cost per concurrency level")
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    fig.savefig(path, format="png")
+    return path

@@ -1,0 +1,89 @@
+"""Stage 2, resolve: merge every source of routing options into one `Preferences`.
+
+Precedence, highest first: the body (`provider`, `speed`, OpenRouter's fast `service_tier`) >
+headers (`x-ultraroute-speed`) > the model suffix (`:nitro`, `:floor`, `:fast`, `:ultrafast`) >
+the named policy (`x-ultraroute-policy`) > the `default` policy. A field left unset at one level
+falls through to the next. This stage does not look at endpoints or stats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.context import ChatRequest, Preferences
+from gateway.errors import InvalidRequest
+from gateway.policy import PercentileThreshold, PolicySet, ProviderOptions, Sort, Speed
+from gateway.routing.router import split_suffix
+
+SUFFIXES: Mapping[str, dict[str, Any]] = {
+    "nitro": {"sort": Sort.THROUGHPUT},
+    "floor": {"sort": Sort.PRICE},
+    "fast": {"speed": Speed.FAST},
+    "ultrafast": {"speed": Speed.ULTRAFAST},
+}
+
+
+def _layer(options: ProviderOptions | None) -> dict[str, Any]:
+    """The fields a level actually sets, with the sort flattened to its key."""
+    if options is None:
+        return {}
+    layer = {name: getattr(options, name) for name in options.model_fields_set}
+    layer = {k: v for k, v in layer.items() if v is not None}
+    if "sort" in layer:
+        layer["sort"] = options.sort_key
+    return layer
+
+
+def _threshold(value: float | PercentileThreshold | None) -> PercentileThreshold | None:
+    if value is None or isinstance(value, PercentileThreshold):
+        return value
+    return PercentileThreshold(p50=value)
+
+
+def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySet) -> Preferences:
+    name = headers.get("x-ultraroute-policy") or "default"
+    policy = policies.get(name)
+    if policy is None:
+        raise InvalidRequest(f"Unknown policy '{name}'. Known: {', '.join(sorted(policies.policies))}.",
+                             param="x-ultraroute-policy")
+
+    merged: dict[str, Any] = _layer(policies.default)
+    merged.update(_layer(policy))
+    _, suffix = split_suffix(request.model)
+    if suffix is not None:
+        if suffix not in SUFFIXES:
+            raise InvalidRequest(f"Unknown model suffix ':{suffix}'. Known: {', '.join(SUFFIXES)}.",
+                                 param="model")
+        merged.update(SUFFIXES[suffix])
+    speed_header = headers.get("x-ultraroute-speed")
+    if speed_header:
+        try:
+            merged["speed"] = Speed(speed_header)
+        except ValueError:
+            raise InvalidRequest("x-ultraroute-speed must be one of standard, fast, ultrafast.",
+                                 param="x-ultraroute-speed") from None
+    merged.update(_layer(request.options))
+    if request.speed is not None:
+        merged["speed"] = request.speed
+
+    max_price = merged.get("max_price")
+    return Preferences(
+        policy_name=name,
+        speed=merged.get("speed"),
+        sort=merged.get("sort"),
+        order=tuple(merged.get("order") or ()),
+        only=merged.get("only"),
+        ignore=tuple(merged.get("ignore") or ()),
+        allow_fallbacks=merged.get("allow_fallbacks", True),
+        quantizations=merged.get("quantizations"),
+        data_collection=merged.get("data_collection"),
+        max_price_prompt=max_price.prompt if max_price else None,
+        max_price_completion=max_price.completion if max_price else None,
+        min_throughput=_threshold(merged.get("preferred_min_throughput")),
+        max_latency_s=_threshold(merged.get("preferred_max_latency")),
+        require_parameters=bool(merged.get("require_parameters", False)),
+        regions=merged.get("regions"),
+        hedge_after_ms=merged.get("hedge_after_ms"),
+        sticky=merged.get("sticky"),
+    )

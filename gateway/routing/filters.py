@@ -1,0 +1,88 @@
+"""Hard filters: which endpoints may serve this request at all, and why the others may not.
+
+Each check returns a short reason or None; the first reason excludes the endpoint and is reported
+by `/v1/route` and in the 404 `no_matching_endpoint` message. Checks here depend only on the
+catalogue, the request and the preferences -- not on live stats -- so their result can be cached
+per (model, preferences, request shape). Health (breakers, cool-downs) is checked by the router.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config import Endpoint
+from gateway.context import ChatRequest, Preferences
+
+# Tokens are ~4 characters of English; a deliberately rough, cheap estimate.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """What the filters need to know about a request; hashable so plans can be cached by it."""
+
+    prompt_tokens: int
+    max_tokens: int | None
+    parameters: frozenset[str]  # capabilities the request uses (tools, response_format, ...)
+
+
+def request_shape(request: ChatRequest) -> RequestShape:
+    body = request.body
+    used = set()
+    if body.get("tools") or body.get("tool_choice") or body.get("functions"):
+        used.add("tools")
+    if body.get("response_format"):
+        used.add("response_format")
+    if body.get("reasoning") or body.get("reasoning_effort"):
+        used.add("reasoning")
+    if body.get("logprobs") or body.get("top_logprobs"):
+        used.add("logprobs")
+    messages: list[Any] = body.get("messages") or []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
+        used.add("assistant_prefix")
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    # Rounded up to 64 tokens so that prompts of similar size share a cached plan.
+    prompt_tokens = -(-request.prompt_chars // (CHARS_PER_TOKEN * 64)) * 64
+    return RequestShape(prompt_tokens, max_tokens if isinstance(max_tokens, int) else None,
+                        frozenset(used))
+
+
+def matches(endpoint: Endpoint, names: Iterable[str]) -> bool:
+    """`only`/`ignore`/`order` name an endpoint by its id, its provider, or its catalogue key."""
+    return any(n in (endpoint.id, endpoint.provider.name, endpoint.key) for n in names)
+
+
+def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences) -> str | None:
+    if not endpoint.available:
+        return "unavailable: provider key not set"
+    if prefs.only is not None and not matches(endpoint, prefs.only):
+        return "not in provider.only"
+    if prefs.ignore and matches(endpoint, prefs.ignore):
+        return "in provider.ignore"
+    if prefs.regions is not None and endpoint.region not in prefs.regions:
+        return f"region {endpoint.region} not in {list(prefs.regions)}"
+    if prefs.quantizations is not None and (endpoint.quantization or "unknown") not in prefs.quantizations:
+        return f"quantization {endpoint.quantization or 'unknown'} not in {list(prefs.quantizations)}"
+    if prefs.data_collection == "deny" and endpoint.provider.data_collection != "deny":
+        return "provider may retain data (data_collection: deny)"
+    price = endpoint.price
+    if prefs.max_price_prompt is not None or prefs.max_price_completion is not None:
+        if price is None:
+            return "hourly-priced: no per-token price to compare with max_price"
+        if prefs.max_price_prompt is not None and price.input > prefs.max_price_prompt:
+            return f"input price {price.input:g} > max_price.prompt {prefs.max_price_prompt:g}"
+        if prefs.max_price_completion is not None and price.output > prefs.max_price_completion:
+            return f"output price {price.output:g} > max_price.completion {prefs.max_price_completion:g}"
+    if endpoint.context_length is not None:
+        needed = shape.prompt_tokens + (shape.max_tokens or 0)
+        if needed > endpoint.context_length:
+            return f"context length {endpoint.context_length} too small (~{needed} tokens needed)"
+    if shape.max_tokens and endpoint.max_output_tokens and shape.max_tokens > endpoint.max_output_tokens:
+        return f"max_output_tokens {endpoint.max_output_tokens} < max_tokens {shape.max_tokens}"
+    if prefs.require_parameters:
+        missing = sorted(shape.parameters - endpoint.capabilities)
+        if missing:
+            return f"does not support {', '.join(missing)} (require_parameters)"
+    return None

@@ -1,0 +1,41 @@
+from pathlib import Path
+
+from gateway.context import Preferences
+from gateway.routing.filters import exclusion_reason, request_shape
+from tests.routing.helpers import catalogue, chat, endpoint
+
+
+def test_each_filter_excludes_what_it_should(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [
+        endpoint("a", quantization="fp8", capabilities=["tools"], context_length=1000,
+                 price={"input": 0.3, "output": 1.2}),
+        endpoint("b", quantization="fp4", price={"input": 3, "output": 9}, max_output_tokens=100),
+    ], regions={"a": "eu", "b": "us"})
+    a, b = cat.models["m"]
+    shape = request_shape(chat())
+
+    def reasons(prefs: Preferences, shape=shape) -> tuple[str | None, str | None]:
+        return exclusion_reason(a, shape, prefs), exclusion_reason(b, shape, prefs)
+
+    assert reasons(Preferences()) == (None, None)
+    assert reasons(Preferences(regions=("eu",)))[1].startswith("region us")
+    assert reasons(Preferences(quantizations=("fp8",)))[1].startswith("quantization fp4")
+    assert reasons(Preferences(only=("a",)))[1] == "not in provider.only"
+    assert reasons(Preferences(ignore=("a/standard",)))[0] == "in provider.ignore"
+    assert reasons(Preferences(max_price_completion=2.0))[1].startswith("output price 9")
+    assert reasons(Preferences(max_price_prompt=1.0))[1].startswith("input price 3")
+    tools = request_shape(chat(tools=[{"type": "function"}]))
+    assert reasons(Preferences(require_parameters=True), tools)[1] == "does not support tools (require_parameters)"
+    assert reasons(Preferences(require_parameters=False), tools) == (None, None)
+    long = request_shape(chat(max_tokens=2000))
+    assert reasons(Preferences(), long)[0].startswith("context length 1000")
+    assert reasons(Preferences(), long)[1].startswith("max_output_tokens 100")
+
+
+def test_data_collection_deny(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b")], provider_fields={"b": {"data_collection": "allow"}})
+    a, b = cat.models["m"]
+    shape, deny = request_shape(chat()), Preferences(data_collection="deny")
+    assert exclusion_reason(a, shape, deny) is None
+    assert exclusion_reason(b, shape, deny) == "provider may retain data (data_collection: deny)"
+    assert exclusion_reason(b, shape, Preferences(data_collection="allow")) is None

@@ -1,0 +1,144 @@
+"""The router on a MemoryStore with scripted samples: ordering, spills, thresholds, stickiness."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gateway.context import Preferences
+from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
+from gateway.policy import PercentileThreshold, Sort, Speed
+from gateway.telemetry.sample import AttemptSample, Outcome
+from tests.routing.helpers import catalogue, chat, endpoint, feed, first, router
+
+
+def three(tmp_path: Path):
+    return catalogue(tmp_path, [
+        endpoint("std", price={"input": 0.3, "output": 1.2}, advertised={"tokens_per_second": 150}),
+        # The brochure says 600 tok/s; the measurements will say otherwise.
+        endpoint("highspeed", "fast", price={"input": 0.6, "output": 2.4}, advertised={"tokens_per_second": 600}),
+        endpoint("ultra", "ultrafast", price={"input": 2.4, "output": 9.6}, advertised={"tokens_per_second": 1000}),
+    ])
+
+
+def test_measured_beats_advertised_for_throughput(tmp_path: Path) -> None:
+    r, store = router(three(tmp_path))
+    nitro = Preferences(sort=Sort.THROUGHPUT)
+    assert first(r, nitro) == "highspeed/fast"  # before any sample, the brochure is all we have
+    feed(r, store, "m/std/standard", tps=150)
+    feed(r, store, "m/highspeed/fast", tps=120)
+    assert first(r, nitro) == "std/standard"
+    plan = r.plan(chat(), nitro)
+    assert "m/ultra/ultrafast" in {e.endpoint_key for e in plan.excluded}  # never unless asked for
+
+
+def test_latency_and_price_sorts(tmp_path: Path) -> None:
+    r, store = router(three(tmp_path))
+    feed(r, store, "m/std/standard", tps=150, ttft_ms=900)
+    feed(r, store, "m/highspeed/fast", tps=500, ttft_ms=200)
+    assert first(r, Preferences(sort=Sort.LATENCY, speed=Speed.FAST)) == "highspeed/fast"
+    assert first(r, Preferences(sort=Sort.PRICE, speed=Speed.ULTRAFAST)) == "ultra/ultrafast"  # tier first
+    ranked = r.plan(chat(), Preferences(sort=Sort.PRICE, speed=Speed.ULTRAFAST)).endpoints
+    assert [e.id for e in ranked] == ["ultra/ultrafast", "highspeed/fast", "std/standard"]
+    assert first(r, Preferences(sort=Sort.THROUGHPUT, speed=Speed.STANDARD)) == "std/standard"
+
+
+def test_premium_tier_that_is_slower_spills(tmp_path: Path) -> None:
+    r, store = router(three(tmp_path))
+    feed(r, store, "m/std/standard", tps=150)
+    feed(r, store, "m/highspeed/fast", tps=120)
+    plan = r.plan(chat(), Preferences(speed=Speed.FAST))
+    assert [e.id for e in plan.endpoints] == ["std/standard", "highspeed/fast"]
+    assert [(s.endpoint_id, s.reason) for s in plan.spills] == [("highspeed/fast", "slower")]
+    feed(r, store, "m/highspeed/fast", tps=900, n=20)
+    assert first(r, Preferences(speed=Speed.FAST)) == "highspeed/fast"
+
+
+def test_premium_at_capacity_spills(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("std"), endpoint("fast", "fast", max_concurrency=2)])
+    r, store = router(cat)
+    store.begin("m/fast/fast")
+    store.begin("m/fast/fast")
+    plan = r.plan(chat(), Preferences(speed=Speed.FAST))
+    assert plan.endpoints[0].id == "std/standard" and plan.spills[0].reason == "capacity"
+
+
+def test_soft_threshold_moves_to_back_not_out(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a", price={"input": 0.1, "output": 0.1}), endpoint("b", id="b")])
+    r, store = router(cat)
+    feed(r, store, "m/a/standard", tps=80)
+    feed(r, store, "m/b", tps=200)
+    prefs = Preferences(sort=Sort.PRICE, min_throughput=PercentileThreshold(p50=100))
+    plan = r.plan(chat(), prefs)
+    assert [e.id for e in plan.endpoints] == ["b", "a/standard"]
+    assert "below preferred_min_throughput" in plan.candidates[1].notes
+    only_a = Preferences(sort=Sort.PRICE, min_throughput=PercentileThreshold(p50=100), only=("a",))
+    assert first(r, only_a) == "a/standard"  # serves when nothing meets the threshold
+    slow = Preferences(sort=Sort.PRICE, max_latency_s=PercentileThreshold(p90=0.1))
+    assert len(r.plan(chat(), slow).endpoints) == 2
+
+
+def test_order_goes_first(tmp_path: Path) -> None:
+    r, _ = router(three(tmp_path))
+    plan = r.plan(chat(), Preferences(speed=Speed.ULTRAFAST, order=("std", "highspeed/fast")))
+    assert [e.id for e in plan.endpoints] == ["std/standard", "highspeed/fast", "ultra/ultrafast"]
+    only_order = Preferences(speed=Speed.FAST, order=("highspeed",), allow_fallbacks=False)
+    assert [e.id for e in r.plan(chat(), only_order).endpoints] == ["highspeed/fast"]
+
+
+def test_no_matching_endpoint_lists_reasons(tmp_path: Path) -> None:
+    r, _ = router(three(tmp_path))
+    with pytest.raises(NoMatchingEndpoint) as info:
+        r.plan(chat(), Preferences(regions=("eu",)))
+    message = info.value.message
+    assert "m/std/standard: region us not in ['eu']" in message
+    assert "m/ultra/ultrafast: region us not in ['eu']" in message
+    with pytest.raises(NoMatchingEndpoint, match="tier ultrafast not used for speed unset"):
+        r.plan(chat(), Preferences(only=("ultra",)))
+    with pytest.raises(ModelNotFound):
+        r.plan(chat(model="nope"), Preferences())
+    with pytest.raises(InvalidRequest) as bad:
+        r.plan(replace(chat(), fallback_models=("nope",)), Preferences())
+    assert bad.value.param == "models"
+
+
+def test_default_spreads_toward_the_cheaper(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("cheap", price={"input": 1, "output": 1}),
+                               endpoint("dear", price={"input": 3, "output": 3})])
+    r, _ = router(cat)
+    counts = Counter(first(r, Preferences()) for _ in range(2000))
+    assert 0.70 < counts["cheap/standard"] / 2000 < 0.80  # weights 1/1 : 1/3 -> 75%
+
+
+def test_load_awareness_spreads_near_equal_endpoints(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+    r, store = router(cat)
+    for n in (0, 10, 20, 30):
+        feed(r, store, "m/a/standard", tps=300 / (1 + 0.03 * n), in_flight=n, n=2)
+        feed(r, store, "m/b", tps=260 / (1 + 0.03 * n), in_flight=n, n=2)
+    chosen = []
+    for _ in range(40):
+        endpoint_id = first(r, Preferences(sort=Sort.THROUGHPUT))
+        chosen.append(endpoint_id)
+        store.begin("m/a/standard" if endpoint_id == "a/standard" else "m/b")
+    counts = Counter(chosen)
+    assert counts["b"] >= 10 and counts["a/standard"] >= counts["b"]  # the faster takes more, not all
+
+
+def test_sticky_sessions(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a", price={"input": 1, "cached_input": 0.1, "output": 1}),
+                               endpoint("b", price={"input": 1, "cached_input": 0.1, "output": 1})])
+    r, store = router(cat)
+    request = chat(session_id="conv-1")
+    plan = r.plan(request, Preferences())
+    served = plan.endpoints[0].key
+    feed(r, store, served, tps=100, n=1)
+    r.observe(AttemptSample(served, 0.0, Outcome.OK, 200, 0.1, 0.1, 100.0, 1.0), plan.session_key)
+    assert plan.session_key == "conv-1"
+    assert all(r.plan(request, Preferences()).endpoints[0].key == served for _ in range(50))
+    assert r.plan(request, Preferences()).candidates[0].notes == ("sticky",)
+    other = chat(session_id="conv-2")
+    assert {r.plan(other, Preferences()).endpoints[0].key for _ in range(50)} == {"m/a/standard", "m/b/standard"}
