@@ -27,7 +27,6 @@ from gateway.dispatch import Served, dispatch, outcome_of
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.parse import parse_chat_request
-from gateway.preferences import resolve
 from gateway.relay import collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
@@ -158,7 +157,7 @@ async def _serve(chat: ChatRequest, plan: Plan, services: Services) -> Response:
 def prepare(raw: bytes, request: Request, services: Services, request_id: str) -> tuple[ChatRequest, Plan]:
     """Stages 1-3: parse, resolve preferences, select. Pure, no I/O: also what `/v1/route` shows."""
     chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway.max_body_bytes)
-    prefs = resolve(chat, request.headers, services.config.policies)
+    prefs = services.resolver(chat, request.headers)
     return chat, services.router.plan(chat, prefs)
 
 

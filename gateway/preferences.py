@@ -41,6 +41,25 @@ def _threshold(value: float | PercentileThreshold | None) -> PercentileThreshold
     return PercentileThreshold(p50=value)
 
 
+class Resolver:
+    """`resolve()` with its results cached: clients send the same few option sets over and over."""
+
+    def __init__(self, policies: PolicySet, max_entries: int = 4096) -> None:
+        self.policies = policies
+        self._max = max_entries
+        self._cache: dict[tuple[object, ...], Preferences] = {}
+
+    def __call__(self, request: ChatRequest, headers: Mapping[str, str]) -> Preferences:
+        key = (headers.get("x-ultraroute-policy"), headers.get("x-ultraroute-speed"),
+               split_suffix(request.model)[1], request.options, request.speed)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= self._max:
+                self._cache.clear()
+            hit = self._cache[key] = resolve(request, headers, self.policies)
+        return hit
+
+
 def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySet) -> Preferences:
     name = headers.get("x-ultraroute-policy") or "default"
     policy = policies.get(name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from gateway.config import Config
 from gateway.dispatch import DispatchLimits
+from gateway.preferences import Resolver
 from gateway.record import Recorder
 from gateway.routing.router import Router, RouterSettings
 from gateway.telemetry import make_store
@@ -26,6 +27,7 @@ class Services:
     upstreams: Upstreams
     telemetry: TelemetryStore
     router: Router
+    resolver: Resolver
     recorder: Recorder
     limits: DispatchLimits
     replica_id: str
@@ -48,6 +50,7 @@ async def open_services(
             upstreams=upstreams,
             telemetry=telemetry,
             router=router,
+            resolver=Resolver(config.policies),
             recorder=Recorder(telemetry, router),
             limits=DispatchLimits(
                 first_token_budget_s=config.gateway.first_token_budget_s,

@@ -68,7 +68,19 @@ class GatewayProcess:
         self.policies = policies
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> GatewayProcess:
+    def start(self, tries: int = 3) -> GatewayProcess:
+        try:
+            return self._start()
+        except RuntimeError as err:
+            # free_port() can race with another process taking the port; pick another one.
+            if tries <= 1 or "address already in use" not in str(err):
+                raise
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.base_url = f"{self.url}/v1"
+            return self.start(tries - 1)
+
+    def _start(self) -> GatewayProcess:
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config),
                 "--port", str(self.port), "--log-level", "info"]
         args += ["--policies", str(self.policies) if self.policies else ""]

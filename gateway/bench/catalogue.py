@@ -2,7 +2,8 @@
 
 Which endpoint's price applies to a target, first match wins:
 1. the target's `endpoint` (an endpoint id, e.g. `fireworks/ultrafast`);
-2. its `provider.only`, when it names exactly one endpoint id;
+2. its `provider.only`, when it names exactly one endpoint (by id, provider or key, as the
+   gateway's routing matches it);
 3. its `speed`, when exactly one endpoint of the model has that tier.
 The model is the target's model, looked up by public name or alias, else by upstream model id (for a
 target that calls a provider's base_url directly).
@@ -61,8 +62,11 @@ def price_target(catalogue: Catalogue, target: Target, source: str) -> tuple[Tar
             raise BenchConfigError(f"target {target.name!r}: endpoint {target.endpoint!r} is not an endpoint "
                                    f"of {target.model!r} in {source} ({', '.join(by_id)})")
         return with_pricing(target, _pricing_of(by_id[target.endpoint], source)), None
-    if len(target.only) == 1 and target.only[0] in by_id:
-        return with_pricing(target, _pricing_of(by_id[target.only[0]], source)), None
+    if len(target.only) == 1:
+        name = target.only[0]
+        named = [e for e in endpoints if name in (e.id, e.provider.name, e.key)]
+        if len(named) == 1:
+            return with_pricing(target, _pricing_of(named[0], source)), None
     speed = target.body.get("speed")
     tiered = [e for e in endpoints if e.tier.value == speed]
     if len(tiered) == 1:

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from gateway.bench.models import LevelStats
 
@@ -27,10 +29,19 @@ def _targets(stats: Sequence[LevelStats]) -> list[str]:
     return list(dict.fromkeys(s.target for s in stats))
 
 
-def _maybe_log(axis_values: Sequence[float], set_scale: object) -> None:
-    positive = [v for v in axis_values if v > 0]
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _scale(ax: Axes, which: str, values: Sequence[float], money: bool) -> None:
+    """Log scale for wide ranges, with 1-2-5 ticks; plain numbers (or dollars), never 10^x."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > _WIDE:
-        set_scale("log")  # type: ignore[operator]
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: ("$" if money else "") + _number(v)))
 
 
 def write_chart(path: Path, stats: Sequence[LevelStats], title: str = "ultraroute bench") -> Path:
@@ -65,8 +76,8 @@ def write_chart(path: Path, stats: Sequence[LevelStats], title: str = "ultrarout
         ax.set_xlabel("cost per 1M output tokens (USD)" if by_cost else "concurrency (no prices given)")
         ax.set_title(label.split(" (")[0] + (" vs cost" if by_cost else " vs concurrency"))
         ax.grid(True, alpha=0.3)
-        _maybe_log(ys_all, ax.set_yscale)
-        _maybe_log(xs_all, ax.set_xscale)
+        _scale(ax, "y", ys_all, money=False)
+        _scale(ax, "x", xs_all, money=by_cost)
         if ys_all:
             ax.legend(title="target")
     missing = [t for t in targets if t not in priced]

@@ -57,6 +57,7 @@ def summarize(run: LevelRun, pricing: Pricing | None) -> LevelStats:
         prompt_tokens=prompt_tokens,
         wall_s=run.wall_s,
         aggregate_tps=aggregate,
+        client_cpu=run.client_cpu_s / run.wall_s if run.wall_s > 0 else 0.0,
         pricing="" if pricing is None else pricing.kind,
         cost_per_1m_output=cost_per_1m_output(pricing, aggregate),
         blended_cost_per_1m_output=blended_cost_per_1m_output(

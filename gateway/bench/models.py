@@ -49,6 +49,7 @@ class LevelRun:
     level: int
     wall_s: float  # first request sent -> last request finished
     results: tuple[RequestResult, ...]
+    client_cpu_s: float = 0.0  # this process's CPU time during the level: is the client the bottleneck?
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class LevelStats:
     prompt_tokens: int
     wall_s: float
     aggregate_tps: float  # all output tokens of the level / its wall time
+    client_cpu: float  # the bench's own CPU time / wall time (1.0 = one core saturated)
     pricing: str  # "per_token", "hourly" or "" (no price known)
     cost_per_1m_output: float | None
     blended_cost_per_1m_output: float | None

@@ -44,6 +44,7 @@ class LiveProgress:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._progress.update(self._task, description="done")
         self._progress.stop()
 
     def start_level(self, target: str, level: int, requests: int) -> None:
@@ -110,6 +111,16 @@ def routing_notes(stats: Sequence[LevelStats], targets: Sequence[Target]) -> lis
             notes.append(f"{target.name}: asked for provider.only={list(target.only)} but was served by "
                          + ", ".join(f"{name} ({n} requests)" for name, n in sorted(strays.items())))
     return notes
+
+
+BUSY_CLIENT = 0.6  # of one core: above this the client's own delays start to show in the figures
+
+
+def client_notes(stats: Sequence[LevelStats]) -> list[str]:
+    """Levels where this process was busy enough to understate the endpoint's speed."""
+    return [f"{s.target} c={s.level}: the bench itself used {s.client_cpu:.0%} of a core; TTFT and "
+            "decode figures at this level include client overhead (run it on a bigger machine)"
+            for s in stats if s.client_cpu > BUSY_CLIENT]
 
 
 def print_results(out: Console, stats: Sequence[LevelStats], comparison: Comparison | None,

@@ -25,7 +25,7 @@ from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences, Spill
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import Sort
-from gateway.routing.figures import LoadModel, figures_for
+from gateway.routing.figures import Figures, LoadModel, figures_for
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
 from gateway.routing.sticky import SessionAffinity, derived_session_key
@@ -63,9 +63,17 @@ class _Static:
 
 @dataclass(frozen=True, slots=True)
 class _Ranked:
+    """One model's ranking, and what the per-request choice needs from it, precomputed."""
+
     expires: float
     candidates: tuple[Candidate, ...]
     spills: tuple[Spill, ...]
+    lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
+    cold: tuple[Candidate, ...]  # first-group endpoints never measured
+    stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
+    by_key: dict[str, Candidate]
+    index: dict[str, int]  # endpoint key -> position in `candidates`
+    cache_pays: bool  # some endpoint's cached input is cheaper: stickiness pays without a session id
 
 
 class Router:
@@ -106,32 +114,33 @@ class Router:
         primary = self.resolve_model(request.model, "model")
         models = [primary, *(self.resolve_model(m, "models") for m in request.fallback_models)]
         shape = request_shape(request)
-        candidates: list[Candidate] = []
+        parts: list[_Ranked] = []
         excluded: list[Exclusion] = []
-        spills: list[Spill] = []
         for model in dict.fromkeys(models):
             static = self._static_part(model, prefs, shape)
             excluded += static.excluded
-            if not static.eligible:
-                continue
-            ranked = self._ranked_part(model, prefs, shape, static)
-            candidates += self._per_request(list(ranked.candidates), prefs)
-            spills += ranked.spills
-        if not candidates:
+            if static.eligible:
+                parts.append(self._ranked_part(model, prefs, shape, static))
+        if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
 
+        head = parts[0]
         session = request.session_key
         explicit = session is not None
-        if session is None and prefs.sticky is not False:
+        if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
-        candidates, stuck = self._stick(candidates, session, explicit, prefs)
-        if not stuck:
-            candidates = self._explore(candidates, prefs)
+        # Only the first choice is made per request; the rest of the order is the cached ranking.
+        chosen = self._choose(head, prefs, session, explicit)
+        i = head.index[chosen.endpoint.key]
+        candidates = (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
+        for part in parts[1:]:
+            candidates += part.candidates
         strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
                    f" speed={prefs.speed.value if prefs.speed else 'unset'}"
-        return Plan(model=primary, candidates=tuple(candidates), excluded=tuple(excluded),
-                    strategy=strategy, spills=tuple(spills), session_key=session)
+        spills = tuple(s for part in parts for s in part.spills)
+        return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
+                    strategy=strategy, spills=spills, session_key=session)
 
     def _static_part(self, model: str, prefs: Preferences, shape: RequestShape) -> _Static:
         key = (model, prefs, shape)
@@ -179,86 +188,98 @@ class Router:
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
         ordered = prefer_order(ordered, prefs.order)
+        lead_rank = ordered[0].tier_rank
+        group = [c for c in ordered if c.tier_rank == lead_rank]
+        stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
-        expires = now + self.settings.ranking_ttl_s
-        ranked = self._ranked[key] = _Ranked(expires, tuple(ordered), tuple(spills))
+        ranked = self._ranked[key] = _Ranked(
+            expires=now + self.settings.ranking_ttl_s,
+            candidates=tuple(ordered),
+            spills=tuple(spills),
+            lead=tuple(c for c in group if not c.notes),
+            cold=tuple(c for c in group if c.figures.source != "measured"),
+            stale=tuple(c for c in group if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
+            by_key={c.endpoint.key: c for c in ordered},
+            index={c.endpoint.key: i for i, c in enumerate(ordered)},
+            cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
+        )
         return ranked
 
-    def _per_request(self, candidates: list[Candidate], prefs: Preferences) -> list[Candidate]:
-        """Choose the first candidate with live load: the cached ranking is up to 250 ms old."""
-        if prefs.order or not candidates:
-            return candidates
-        lead_rank = candidates[0].tier_rank
-        group = [c for c in candidates if c.tier_rank == lead_rank and not c.notes]
-        if len(group) < 2:
-            return candidates
+    def _choose(self, ranked: _Ranked, prefs: Preferences, session: str | None, explicit: bool) -> Candidate:
+        """The first candidate, chosen now: sticky, explored, or the best with live load."""
+        default = ranked.candidates[0]
+        sticky = self._sticky(ranked, session, explicit, prefs)
+        if sticky is not None:
+            return replace(sticky, notes=("sticky",))
+        if prefs.order:
+            return default
+        if prefs.sort is not None:
+            explored = self._explore(ranked, default)
+            if explored is not None:
+                return replace(explored, notes=(*explored.notes, "explore"))
+        if len(ranked.lead) < 2 or ranked.lead[0] is not default:
+            return default
         if prefs.sort is None:
-            choice = self._cheap_weighted(group)
-        else:
-            choice = self._best_of_head(group[: self.settings.head_size], prefs.sort)
-        rest = [c for c in candidates if c.endpoint.key != choice.endpoint.key]
-        return [choice, *rest]
+            return self._cheap_weighted(ranked.lead)
+        return self._best_of_head(ranked.lead[: self.settings.head_size], prefs.sort)
 
-    def _live(self, c: Candidate) -> Candidate:
-        """The candidate with its in-flight count, and so its predicted decode rate, as of now."""
+    def _live(self, c: Candidate) -> tuple[float | None, int]:
+        """Predicted decode rate and in-flight count as of now: the ranking is up to 250 ms old."""
         in_flight = self.telemetry.in_flight(c.endpoint.key)
         load = self._load.get(c.endpoint.key)
         tps = load.predict(in_flight) if load is not None and load.weight >= 1.0 else c.figures.decode_tps
-        return replace(c, figures=replace(c.figures, decode_tps=tps, in_flight=in_flight))
+        return tps, in_flight
 
-    def _best_of_head(self, head: list[Candidate], sort: Sort) -> Candidate:
-        live = sorted((self._live(c) for c in head), key=lambda c: sort_value(sort, c.figures))
-        best = sort_value(sort, live[0].figures)
+    def _best_of_head(self, head: tuple[Candidate, ...], sort: Sort) -> Candidate:
+        scored = []
+        for c in head:
+            tps, in_flight = self._live(c)
+            f = c.figures
+            if sort is Sort.THROUGHPUT:
+                f = Figures(tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
+            else:
+                f = Figures(f.decode_tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
+            scored.append((sort_value(sort, f), in_flight, f, c))
+        scored.sort(key=lambda s: s[0])
+        best = scored[0][0]
         tolerance = self.settings.near_equal * abs(best)
-        near = [c for c in live if abs(sort_value(sort, c.figures) - best) <= tolerance]
-        if len(near) < 2:
-            return live[0]
-        a, b = self._rng.sample(near, 2)  # power of two choices: the less loaded of two
-        return a if a.figures.in_flight <= b.figures.in_flight else b
+        near = [s for s in scored if s[0] - best <= tolerance]
+        pick = scored[0]
+        if len(near) >= 2:
+            a, b = self._rng.sample(near, 2)  # power of two choices: the less loaded of two
+            pick = a if a[1] <= b[1] else b
+        c = pick[3]
+        return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
 
-    def _cheap_weighted(self, group: list[Candidate]) -> Candidate:
+    def _cheap_weighted(self, group: tuple[Candidate, ...]) -> Candidate:
         costs = [c.figures.cost_usd for c in group]
         known = [x for x in costs if x]
         fallback = sum(known) / len(known) if known else 1.0
         weights = [1.0 / (x or fallback) for x in costs]
         return self._rng.choices(group, weights=weights)[0]
 
-    def _stick(self, candidates: list[Candidate], session: str | None, explicit: bool,
-               prefs: Preferences) -> tuple[list[Candidate], bool]:
+    def _sticky(self, ranked: _Ranked, session: str | None, explicit: bool,
+                prefs: Preferences) -> Candidate | None:
         if session is None or prefs.sticky is False:
-            return candidates, False
+            return None
         endpoint_key = self.sessions.get(session)
-        if endpoint_key is None:
-            return candidates, False
-        for c in candidates:
-            if c.endpoint.key != endpoint_key or c.notes:
-                continue
-            price = c.endpoint.price
-            pays = price is not None and price.cached_input is not None and price.cached_input < price.input
-            if explicit or prefs.sticky or pays:
-                rest = [o for o in candidates if o is not c]
-                return [replace(c, notes=("sticky",)), *rest], True
-        return candidates, False
+        c = ranked.by_key.get(endpoint_key) if endpoint_key is not None else None
+        if c is None or c.notes:  # gone from the plan, spilled or below a threshold: not worth it
+            return None
+        return c if explicit or prefs.sticky or _cache_pays(c.endpoint) else None
 
-    def _explore(self, candidates: list[Candidate], prefs: Preferences) -> list[Candidate]:
-        if prefs.sort is None or prefs.order or len(candidates) < 2:
-            return candidates
-        lead_rank = candidates[0].tier_rank
-        group = [c for c in candidates[1:] if c.tier_rank == lead_rank]
-        cold = [c for c in group if c.figures.source != "measured"]
+    def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
+        cold = [c for c in ranked.cold if c is not default]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
-            pick = self._rng.choice(cold)
-        elif self._rng.random() < self.settings.explore_rate:
-            stale = [c for c in group if self._is_stale(c)]
-            if not stale:
-                return candidates
-            pick = self._rng.choice(stale)
-        else:
-            return candidates
-        return [replace(pick, notes=(*pick.notes, "explore")), *(c for c in candidates if c is not pick)]
+            return self._rng.choice(cold)
+        if self._rng.random() < self.settings.explore_rate:
+            stale = [c for c in ranked.stale if c is not default]
+            if stale:
+                return self._rng.choice(stale)
+        return None
 
-    def _is_stale(self, c: Candidate) -> bool:
-        age = self.telemetry.stats(c.endpoint.key, STATS_WINDOW_S).age_s
-        return age is None or age > self.settings.stale_after_s
 
+def _cache_pays(endpoint: Endpoint) -> bool:
+    price = endpoint.price
+    return price is not None and price.cached_input is not None and price.cached_input < price.input

@@ -244,13 +244,13 @@ class RedisStore(StoreBase):
         for key in list(self._remote):
             w = self._remote[key]
             w.prune(now)
-            if not w.buckets and key not in self._known:
+            if not len(w) and key not in self._known:
                 del self._remote[key]
                 self._cold_done.pop(key, None)
         for key in list(self._pending):
             w = self._pending[key]
             self.dropped_buckets += w.prune(now)
-            if not w.buckets:
+            if not len(w):
                 del self._pending[key]
         for key in [k for k in self._cold_done if k not in self._known]:
             del self._cold_done[key]
@@ -348,16 +348,16 @@ class RedisStore(StoreBase):
         for key in list(self._pending):
             w = self._pending[key]
             self.dropped_buckets += w.prune(now)
-            if not w.buckets:
+            if not len(w):
                 del self._pending[key]
-            total += len(w.buckets)
+            total += len(w)
         if total > self.max_pending_buckets:
-            order = sorted((idx, key) for key, w in self._pending.items() for idx in w.buckets)
+            order = sorted((idx, key) for key, w in self._pending.items() for idx in w.indices())
             for idx, key in order[: total - self.max_pending_buckets]:
                 w = self._pending[key]
                 w.set_bucket(idx, None)
                 self.dropped_buckets += 1
-                if not w.buckets:
+                if not len(w):
                     del self._pending[key]
 
     def _requeue(self, batch: Batch) -> None:
@@ -386,7 +386,7 @@ class RedisStore(StoreBase):
         sizes: list[tuple[int, str, int]] = []  # (bucket, key, estimated commands)
         total = 0
         for key, w in pending.items():
-            for idx, b in w.buckets.items():
+            for idx, b in w.items():
                 n = _estimate_commands(b)
                 sizes.append((idx, key, n))
                 total += n
@@ -404,9 +404,10 @@ class RedisStore(StoreBase):
             if dst is None:
                 dst = batch[key] = self._new_windows()
                 dst.newest = src.newest
-            dst.buckets[idx] = src.buckets[idx]
-            src.set_bucket(idx, None)
-        rest = {k: w for k, w in pending.items() if w.buckets}
+            b = src.pop_bucket(idx)
+            if b is not None:
+                dst.set_bucket(idx, b)
+        rest = {k: w for k, w in pending.items() if len(w)}
         return batch, rest
 
     def _next_token(self) -> str:
@@ -433,6 +434,9 @@ class RedisStore(StoreBase):
             return False
         now = self.clock()
         self._bound_pending(now)
+        while len(self._unacked) >= MAX_UNACKED:  # only after many flushes in a row lost their reply
+            dropped = self._unacked.pop(0)
+            self.dropped_buckets += sum(len(w) for w in dropped.batch.values())
         batch, self._pending = self._take_batch()
         more = bool(self._pending)
         sends = list(self._unacked)
@@ -459,15 +463,12 @@ class RedisStore(StoreBase):
             self._unacked.remove(sent)
             if isinstance(res, Exception):  # Redis rejected the script: a bug, not an outage
                 self.flush_errors += 1
-                self._log_error(f"flush rejected by Redis: {res}")
+                self._log_error(f"flush rejected by Redis: {res}", exc_info=False)
             else:
                 self._apply_to_view(sent.batch)  # applied now (n > 0) or before (0)
         for res in results[len(sends):]:
             if isinstance(res, Exception):
-                self._log_error(f"flush upkeep rejected by Redis: {res}")
-        while len(self._unacked) > MAX_UNACKED:  # cannot happen without a long run of lost replies
-            dropped = self._unacked.pop(0)
-            self.dropped_buckets += sum(len(w) for w in dropped.batch.values())
+                self._log_error(f"flush upkeep rejected by Redis: {res}", exc_info=False)
         self.flushes += 1
         return more
 
@@ -483,7 +484,7 @@ class RedisStore(StoreBase):
         any_late = False
         for key, w in batch.items():
             k = _safe(key)
-            for idx, b in w.buckets.items():
+            for idx, b in w.items():
                 end = (idx + 1) * bs
                 ttl = int(end + self.bucket_ttl_s - now)
                 if ttl <= 0:

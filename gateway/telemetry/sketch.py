@@ -8,16 +8,14 @@ Counts can also be subtracted exactly, which sliding windows use to drop old buc
 What it does not do: no I/O, no time handling, no thread safety. Values <= 0 are mapped to
 `MIN_VALUE`; NaN and infinities are ignored. `sum`/`min`/`max` are informational: `min`/`max` are
 exact only while the sketch was built by `add`/`merge` in memory (they become `None` after
-`subtract` or `from_fields`), and quantiles are then only clamped to bucket bounds.
+`subtract` or `from_fields`); quantiles are clamped to [min, max] only while those are exact.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
 
 RELATIVE_ACCURACY = 0.01
@@ -45,30 +43,13 @@ def bucket_value(index: int) -> float:
     return math.exp(index * _LOG_GAMMA) * _MID_FACTOR
 
 
-class _Packed:
-    """Read-only sorted bins in two compact arrays (about 5x smaller than a dict)."""
-
-    __slots__ = ("counts", "indices")
-
-    def __init__(self, bins: Mapping[int, int]) -> None:
-        keys = sorted(k for k, v in bins.items() if v)
-        self.indices = array("i", keys)
-        self.counts = array("i", [bins[k] for k in keys])
-
-    def items(self) -> Iterator[tuple[int, int]]:
-        return zip(self.indices, self.counts, strict=True)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
 class Sketch:
     """Log-bucket counts plus count/sum/min/max. Exact merge and subtract by bin addition."""
 
     __slots__ = ("_bins", "_exact", "_hi", "_lo", "count", "sum")
 
     def __init__(self) -> None:
-        self._bins: dict[int, int] | _Packed = {}
+        self._bins: dict[int, int] = {}
         self.count = 0
         self.sum = 0.0
         self._lo = _INF  # smallest value added (meaningful while _exact)
@@ -94,8 +75,6 @@ class Sketch:
         elif x == _INF:
             return
         bins = self._bins
-        if type(bins) is not dict:
-            bins = self._thaw()
         i = _ceil(_log(x) * _INV_LOG_GAMMA)
         bins[i] = bins.get(i, 0) + n
         self.count += n
@@ -110,8 +89,6 @@ class Sketch:
         if other.count == 0:
             return
         bins = self._bins
-        if type(bins) is not dict:
-            bins = self._thaw()
         get = bins.get
         for i, c in other._bins.items():
             bins[i] = get(i, 0) + c
@@ -129,8 +106,6 @@ class Sketch:
         if other.count == 0:
             return
         bins = self._bins
-        if type(bins) is not dict:
-            bins = self._thaw()
         for i, c in other._bins.items():
             left = bins.get(i, 0) - c
             if left:
@@ -149,23 +124,21 @@ class Sketch:
 
     def copy(self) -> Sketch:
         new = Sketch()
-        bins = self._bins
-        new._bins = dict(bins) if type(bins) is dict else dict(bins.items())
+        new._bins = dict(self._bins)
         new.count, new.sum = self.count, self.sum
         new._lo, new._hi, new._exact = self._lo, self._hi, self._exact
         return new
 
-    def compact(self) -> None:
-        """Store bins in compact arrays; a later add/merge transparently converts back."""
-        bins = self._bins
-        if type(bins) is dict:
-            with contextlib.suppress(OverflowError):  # a count beyond 2**31 in a bucket: keep the dict
-                self._bins = _Packed(bins)
+    def to_state(self) -> tuple[tuple[tuple[int, int], ...], int, float, float, float, bool]:
+        """Everything, as plain values (for compact storage, e.g. with marshal)."""
+        return tuple(self._bins.items()), self.count, self.sum, self._lo, self._hi, self._exact
 
-    def _thaw(self) -> dict[int, int]:
-        bins = dict(self._bins.items())
-        self._bins = bins
-        return bins
+    @classmethod
+    def from_state(cls, state: tuple[tuple[tuple[int, int], ...], int, float, float, float, bool]) -> Sketch:
+        sk = cls()
+        bins, sk.count, sk.sum, sk._lo, sk._hi, sk._exact = state
+        sk._bins = dict(bins)
+        return sk
 
     # -- reading --------------------------------------------------------------------------------
     def bins(self) -> dict[int, int]:
@@ -182,12 +155,8 @@ class Sketch:
         if count <= 0:
             return []
         bins = self._bins
-        if type(bins) is dict:
-            keys = sorted(bins)
-            counts = list(map(bins.__getitem__, keys))
-        else:
-            keys = list(bins.indices)
-            counts = list(bins.counts)
+        keys = sorted(bins)
+        counts = list(map(bins.__getitem__, keys))
         cum = list(accumulate(counts))
         last = len(keys) - 1
         out: list[float] = []
@@ -225,8 +194,6 @@ class Sketch:
             c = int(value)
             if c:
                 bins = self._bins
-                if type(bins) is not dict:
-                    bins = self._thaw()
                 i = int(rest)
                 bins[i] = bins.get(i, 0) + c
                 self.count += c

@@ -95,12 +95,12 @@ class _ErrorLog:
         self.every_s = every_s
         self._next = 0.0
 
-    def __call__(self, what: str) -> None:
+    def __call__(self, what: str, *, exc_info: bool = True) -> None:
         now = time.monotonic()
         if now >= self._next:
             self._next = now + self.every_s
-            logger.exception("telemetry: internal error in %s (further ones muted for %.0fs)", what,
-                             self.every_s)
+            logger.error("telemetry: internal error in %s (further ones muted for %.0fs)", what,
+                         self.every_s, exc_info=exc_info)
 
 
 class StoreBase(ABC):
@@ -280,7 +280,7 @@ class MemoryStore(StoreBase):
         for key in list(self._windows):
             w = self._windows[key]
             w.prune(now)
-            if not w.buckets:
+            if not len(w):
                 del self._windows[key]
 
     def _data_keys(self) -> set[str]:

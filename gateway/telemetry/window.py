@@ -8,7 +8,7 @@ answers any window <= max_window_s (60, 300, 1800, ...) by merging the buckets t
 buckets are dropped (`prune`), so memory is bounded by endpoints x buckets whatever the traffic.
 Summaries are incremental: per window length a running aggregate of settled buckets is advanced
 (add the newly settled bucket, subtract the one that left the window), so a summary costs about the
-same for 1800 s as for 60 s. Settled buckets are compacted.
+same for 1800 s as for 60 s. Settled buckets are kept frozen (marshalled bytes, ~5-10x smaller).
 
 What it does not do: no I/O, no caching of summaries, no in-flight or EWMA tracking (the stores do
 that and pass them in). Window edges have bucket granularity: a sample is included while its bucket
@@ -18,7 +18,8 @@ window_s + bucket_s are always out. A sample's time is its completion time (star
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import marshal
+from collections.abc import Iterable, Iterator, Mapping
 
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.sketch import Sketch
@@ -72,7 +73,9 @@ class Bucket:
         self.tok_cached += s.cached_input_tokens
         self.tok_out += s.output_tokens
         self.tok_reasoning += s.reasoning_tokens
-        self.cost += s.cost_usd
+        cost = s.cost_usd
+        if cost and cost - cost == 0.0:  # finite and non-zero (NaN/inf would poison the sums)
+            self.cost += cost
         if s.ttft_s is not None:
             self.ttft_ms.add(s.ttft_s * 1000.0)
         if s.ttfat_s is not None:
@@ -134,9 +137,27 @@ class Bucket:
         b.newest = self.newest
         return b
 
-    def compact(self) -> None:
-        for name in METRICS:
-            getattr(self, name).compact()
+    def freeze(self) -> bytes:
+        """A compact immutable copy (about 5-10x smaller than the object graph) for settled buckets."""
+        return marshal.dumps((
+            tuple((str(o), c) for o, c in self.n.items()),  # str(): plain keys, not Outcome members
+            self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning, self.cost, self.newest,
+            self.ttft_ms.to_state(), self.ttfat_ms.to_state(), self.decode_tps.to_state(),
+            self.e2e_ms.to_state(),
+        ))
+
+    @classmethod
+    def thaw(cls, blob: bytes) -> Bucket:
+        (n, b_in, b_cached, b_out, b_reasoning, cost, newest, ttft, ttfat, tps, e2e) = marshal.loads(blob)
+        b = cls()
+        b.n = dict(n)
+        b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = b_in, b_cached, b_out, b_reasoning
+        b.cost, b.newest = cost, newest
+        b.ttft_ms = Sketch.from_state(ttft)
+        b.ttfat_ms = Sketch.from_state(ttfat)
+        b.decode_tps = Sketch.from_state(tps)
+        b.e2e_ms = Sketch.from_state(e2e)
+        return b
 
     # -- reading --------------------------------------------------------------------------------
     @property
@@ -213,36 +234,59 @@ class _Aggregate:
 
 
 class EndpointWindows:
-    """One endpoint's buckets, and merged views of the last `window_s` seconds."""
+    """One endpoint's buckets, and merged views of the last `window_s` seconds.
 
-    __slots__ = ("_aggs", "_compacted_through", "_sealed_max", "bucket_s", "buckets", "max_window_s",
-                 "newest")
+    Settled buckets (older than the newest two) are kept frozen (`Bucket.freeze`) to save memory;
+    accessors hand out `Bucket` objects either way.
+    """
+
+    __slots__ = ("_aggs", "_buckets", "_sealed_max", "bucket_s", "max_window_s", "newest")
 
     def __init__(self, bucket_s: float = DEFAULT_BUCKET_S,
                  max_window_s: float = DEFAULT_MAX_WINDOW_S) -> None:
         self.bucket_s = float(bucket_s)
         self.max_window_s = float(max_window_s)
-        self.buckets: dict[int, Bucket] = {}
+        self._buckets: dict[int, Bucket | bytes] = {}
         self.newest: float | None = None
         self._aggs: dict[float, _Aggregate] = {}
         self._sealed_max = -(1 << 62)  # highest bucket index any aggregate covers
-        self._compacted_through = -(1 << 62)
 
     def index(self, t: float) -> int:
         return int(t // self.bucket_s)
 
     def __len__(self) -> int:
-        return len(self.buckets)
+        return len(self._buckets)
+
+    def indices(self) -> list[int]:
+        return list(self._buckets)
+
+    def bucket(self, idx: int) -> Bucket | None:
+        """Bucket `idx` (a fresh object when it was frozen: changing it changes nothing here)."""
+        b = self._buckets.get(idx)
+        return Bucket.thaw(b) if type(b) is bytes else b  # type: ignore[return-value]
+
+    def items(self) -> Iterator[tuple[int, Bucket]]:
+        for idx, b in list(self._buckets.items()):
+            yield idx, (Bucket.thaw(b) if type(b) is bytes else b)  # type: ignore[misc]
+
+    def _live(self, idx: int) -> Bucket | None:
+        """Bucket `idx` as a stored, mutable object (thawed in place if it was frozen)."""
+        b = self._buckets.get(idx)
+        if type(b) is bytes:
+            b = self._buckets[idx] = Bucket.thaw(b)
+        return b  # type: ignore[return-value]
 
     # -- writing --------------------------------------------------------------------------------
     def add(self, sample: AttemptSample, t: float | None = None) -> None:
         if t is None:
             t = sample.started_at + sample.e2e_s
         idx = int(t // self.bucket_s)
-        b = self.buckets.get(idx)
+        b = self._buckets.get(idx)
         if b is None:
-            b = self.buckets[idx] = Bucket()
-        b.add_sample(sample, t)
+            b = self._buckets[idx] = Bucket()
+        elif type(b) is bytes:
+            b = self._live(idx)
+        b.add_sample(sample, t)  # type: ignore[union-attr]
         if self.newest is None or t > self.newest:
             self.newest = t
         if idx <= self._sealed_max:  # a late sample for a settled bucket: keep aggregates exact
@@ -256,9 +300,9 @@ class EndpointWindows:
             for agg in self._aggs.values():
                 if agg.lo <= idx <= agg.hi:
                     agg.bucket.merge(delta)
-        b = self.buckets.get(idx)
+        b = self._live(idx)
         if b is None:
-            self.buckets[idx] = delta.copy()
+            self._buckets[idx] = delta.copy()
         else:
             b.merge(delta)
         self.note_newest(delta.newest)
@@ -270,20 +314,28 @@ class EndpointWindows:
         """
         if bucket is not None and bucket.is_empty():
             bucket = None
-        old = self.buckets.pop(idx, None)
+        old = self._buckets.pop(idx, None)
         if bucket is not None:
-            self.buckets[idx] = bucket
+            self._buckets[idx] = bucket
             self.note_newest(bucket.newest)
-        if idx <= self._sealed_max:
+        if idx <= self._sealed_max and (old is not None or bucket is not None):
+            old_b = Bucket.thaw(old) if type(old) is bytes else old
             for agg in self._aggs.values():
                 if agg.lo <= idx <= agg.hi:
-                    if old is not None:
-                        agg.bucket.subtract(old)
+                    if old_b is not None:
+                        agg.bucket.subtract(old_b)  # type: ignore[arg-type]
                     if bucket is not None:
                         agg.bucket.merge(bucket)
 
+    def pop_bucket(self, idx: int) -> Bucket | None:
+        """Remove bucket `idx` and return it (aggregates stay exact)."""
+        b = self.bucket(idx)
+        if b is not None:
+            self.set_bucket(idx, None)
+        return b
+
     def merge_windows(self, other: EndpointWindows) -> None:
-        for idx, b in other.buckets.items():
+        for idx, b in other.items():
             self.merge_bucket(idx, b)
         self.note_newest(other.newest)
 
@@ -292,23 +344,24 @@ class EndpointWindows:
             self.newest = t
 
     def prune(self, now: float) -> int:
-        """Drop buckets too old for any window, compact settled ones. Returns buckets dropped."""
+        """Drop buckets too old for any window, freeze settled ones. Returns buckets dropped."""
         keep_from = int((now - self.max_window_s) // self.bucket_s) - 1
-        old = [idx for idx in self.buckets if idx < keep_from]
+        settled = int(now // self.bucket_s) - 2
+        buckets = self._buckets
+        old = []
+        for idx, b in buckets.items():
+            if idx < keep_from:
+                old.append(idx)
+            elif idx <= settled and type(b) is not bytes:
+                buckets[idx] = b.freeze()  # type: ignore[union-attr]
         for idx in old:
-            del self.buckets[idx]
+            del buckets[idx]
         if old:
             newest_dropped = max(old)
             stale = [w for w, agg in self._aggs.items() if agg.lo <= newest_dropped]
             for w in stale:
                 del self._aggs[w]
             self._update_sealed_max()
-        settled = int(now // self.bucket_s) - 2
-        if settled > self._compacted_through:
-            for idx, b in self.buckets.items():
-                if self._compacted_through < idx <= settled:
-                    b.compact()
-            self._compacted_through = settled
         return len(old)
 
     def _update_sealed_max(self) -> None:
@@ -325,11 +378,11 @@ class EndpointWindows:
         cur = int(now // bs)
         first = int((now - w) // bs)
         hi = cur - 2  # the newest two buckets stay out of the running aggregate (still filling)
-        buckets = self.buckets
-        if hi < first or not buckets:
+        get = self.bucket
+        if hi < first or not self._buckets:
             out = Bucket()
             for idx in range(first, cur + 1):
-                b = buckets.get(idx)
+                b = get(idx)
                 if b is not None:
                     out.merge(b)
             return out
@@ -338,7 +391,7 @@ class EndpointWindows:
             # first use, clock went backwards, or the window moved past everything we summed
             total = Bucket()
             for idx in range(first, hi + 1):
-                b = buckets.get(idx)
+                b = get(idx)
                 if b is not None:
                     total.merge(b)
             if agg is None and len(self._aggs) >= _MAX_AGGREGATES:
@@ -346,18 +399,18 @@ class EndpointWindows:
             agg = self._aggs[w] = _Aggregate(first, hi, total)
         else:
             for idx in range(agg.hi + 1, hi + 1):
-                b = buckets.get(idx)
+                b = get(idx)
                 if b is not None:
                     agg.bucket.merge(b)
             for idx in range(agg.lo, first):
-                b = buckets.get(idx)
+                b = get(idx)
                 if b is not None:
                     agg.bucket.subtract(b)
             agg.lo, agg.hi = first, hi
         self._update_sealed_max()
         out = agg.bucket.copy()
         for idx in range(hi + 1, cur + 1):
-            b = buckets.get(idx)
+            b = get(idx)
             if b is not None:
                 out.merge(b)
         return out

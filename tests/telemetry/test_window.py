@@ -147,7 +147,9 @@ def test_set_bucket_and_merge_bucket_keep_aggregates_exact(make_sample: SampleFa
     replacement = Bucket()
     for _ in range(7):
         replacement.add_sample(make_sample(at=now - 100), now - 100)
-    old = w.buckets[old_idx].requests
+    old_bucket = w.bucket(old_idx)
+    assert old_bucket is not None
+    old = old_bucket.requests
     w.set_bucket(old_idx, replacement)
     assert w.aggregate(now, 300).requests == before - old + 7
     w.merge_bucket(old_idx, replacement)
@@ -170,6 +172,28 @@ def test_bucket_fields_round_trip(make_sample: SampleFactory) -> None:
     assert back.cost == pytest.approx(b.cost)
     for name in ("ttft_ms", "ttfat_ms", "decode_tps", "e2e_ms"):
         assert back.sketch(name).bins() == b.sketch(name).bins()
+
+
+def test_freeze_thaw_round_trip_and_settled_buckets_are_frozen(make_sample: SampleFactory) -> None:
+    b = Bucket()
+    for i, outcome in enumerate((Outcome.OK, Outcome.TIMEOUT, Outcome.OK)):
+        b.add_sample(make_sample(at=50.0, outcome=outcome, ttft_ms=100.0 * (i + 1), cost_usd=0.25), 50.0)
+    back = Bucket.thaw(b.freeze())
+    assert back.n == {"ok": 2, "timeout": 1} and back.cost == b.cost and back.newest == 50.0
+    assert back.to_fields() == b.to_fields()
+    assert back.ttft_ms.min == b.ttft_ms.min == pytest.approx(100.0)
+
+    w = EndpointWindows(BUCKET_S, 1800)
+    now = 10_000.0
+    for age in range(0, 100, 3):
+        w.add(make_sample(at=now - age))
+    before = w.summary(now, 300)
+    w.prune(now)
+    frozen = [i for i in w.indices() if isinstance(w._buckets[i], bytes)]
+    assert len(frozen) >= 7 and max(frozen) <= int(now // BUCKET_S) - 2
+    assert w.summary(now, 300) == before
+    w.add(make_sample(at=now - 95))  # a late sample into a frozen bucket thaws it
+    assert w.summary(now, 300).requests == before.requests + 1
 
 
 def test_memory_is_bounded_after_simulated_hours(make_sample: SampleFactory) -> None:
