@@ -104,6 +104,8 @@ class GatewayFile(_Frozen):
     stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
     explore_rate: float = Field(default=0.05, ge=0, le=1)  # requests that re-check a stale endpoint
     sticky_idle_s: float = Field(default=600.0, gt=0)  # a conversation's affinity lasts this long idle
+    redis_key_prefix: str = Field(default="ur", min_length=1)  # replicas sharing stats share this
+    telemetry_flush_s: float = Field(default=0.5, gt=0, le=10)  # Redis flush and refresh interval
 
 
 class CatalogueFile(_Frozen):

@@ -1,0 +1,160 @@
+"""End to end: live endpoint telemetry through gateway processes, shared by a real Redis.
+
+Issue "Live endpoint telemetry": reported p50 decode rate and TTFT match known simulator profiles;
+two replicas share what they measure; a Redis restart costs no request and sharing resumes; Redis
+writes scale with flush intervals, not with requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.conftest import PrivateRedis
+from tests.harness import GatewayProcess, catalogue_for
+from tests.test_e2e_routing import burst, served
+
+USER = [{"role": "user", "content": "Explain this stack trace."}]
+PROFILES = {  # name: (decode tok/s, TTFT ms)
+    "tps70": (70, 1500), "tps150": (150, 800), "tps400": (400, 400), "tps1000": (1000, 200),
+}
+
+
+def endpoints_view(gw: GatewayProcess, window_s: int = 300) -> dict[str, dict[str, Any]]:
+    data = httpx.get(f"{gw.url}/v1/endpoints", params={"window_s": window_s}).json()["data"]
+    return {row["id"]: row for row in data}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    config = make_sim_config({
+        name: {"ttft_ms": ttft, "tokens_per_second": tps, "ttft_jitter": 0.1, "output_tokens": 80,
+               "slowdown_per_user": 0.0}
+        for name, (tps, ttft) in PROFILES.items()
+    } | {"quick": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 8,
+                   "capacity": 1000}})
+    with SimProcess(config) as process:
+        yield process
+
+
+def test_reported_p50s_match_the_profiles(sim: SimProcess) -> None:
+    catalogue = catalogue_for(sim, {"m": [{"sim": name, "id": name} for name in PROFILES]})
+    with GatewayProcess(catalogue) as gw:
+        bodies = [{"model": "m", "messages": USER, "provider": {"only": [name]}}
+                  for _ in range(50) for name in PROFILES]
+        served(asyncio.run(burst(gw.base_url, bodies, 16)))
+        view = endpoints_view(gw)
+    for name, (tps, ttft) in PROFILES.items():
+        stats = view[name]["stats"]
+        assert stats["requests"] == 50 and stats["error_rate"] == 0
+        assert stats["decode_tps"]["p50"] == pytest.approx(tps, rel=0.10), name
+        assert stats["ttft_ms"]["p50"] == pytest.approx(ttft, rel=0.10), name
+        assert stats["e2e_ms"]["p50"] > stats["ttft_ms"]["p50"] and stats["age_s"] < 30
+    assert set(view["tps70"]) >= {"id", "model", "provider", "tier", "price", "region", "quantization",
+                                  "available", "stats"}
+
+
+def two_replicas(sim: SimProcess, redis_url: str, prefix: str) -> tuple[GatewayProcess, GatewayProcess]:
+    catalogue = catalogue_for(sim, {"m": [{"sim": "quick", "id": "quick"}]},
+                              gateway={"redis_key_prefix": prefix, "telemetry_flush_s": 0.25})
+    env = {"REDIS_URL": redis_url}
+    return GatewayProcess(catalogue, env=env), GatewayProcess(catalogue, env=env)
+
+
+def wait_until(predicate: Any, timeout: float) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not within {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_replica_b_sees_traffic_sent_only_through_a(sim: SimProcess, redis_url: str) -> None:
+    a, b = two_replicas(sim, redis_url, f"test-{uuid.uuid4().hex[:8]}")
+    with a, b:
+        body = {"model": "m", "messages": USER}
+        served(asyncio.run(burst(a.base_url, [body] * 30, 5)))
+        sent_at = time.monotonic()
+        took = wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] == 30, timeout=2.0)
+        assert time.monotonic() - sent_at < 2.0 and took < 2.0
+        assert endpoints_view(b)["quick"]["stats"]["ttft_ms"]["p50"] > 0
+
+
+def test_redis_restart_loses_no_request_and_sharing_resumes(sim: SimProcess,
+                                                            private_redis: PrivateRedis) -> None:
+    a, b = two_replicas(sim, private_redis.url, "restart")
+    failures: list[str] = []
+    sent = [0]
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(base_url=a.base_url, timeout=10) as client:
+            while not stop.is_set():
+                r = client.post("/chat/completions", json={"model": "m", "messages": USER})
+                sent[0] += 1
+                if r.status_code != 200:
+                    failures.append(r.text)
+                time.sleep(0.01)
+
+    with a, b:
+        thread = threading.Thread(target=traffic)
+        thread.start()
+        try:
+            time.sleep(1.0)
+            private_redis.stop()
+            time.sleep(2.0)
+            private_redis.start()
+            restarted = time.monotonic()
+            time.sleep(1.0)  # traffic keeps flowing across the restart too
+        finally:
+            stop.set()
+            thread.join()
+        # Sharing resumes: what A serves after the restart shows in B's view. (A restarted Redis that
+        # keeps nothing on disk has forgotten what was shared before; each replica keeps serving on
+        # its own data meanwhile.)
+        before = endpoints_view(b)["quick"]["stats"]["requests"]
+        served(asyncio.run(burst(a.base_url, [{"model": "m", "messages": USER}] * 20, 4)))
+        wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] >= before + 20, timeout=4.0)
+        assert time.monotonic() - restarted < 5.0
+        assert failures == [] and sent[0] > 50
+        assert a.logs().count("Redis unreachable") == 1  # logged once per outage, not per request
+
+
+def flushes(client: redis.Redis) -> int:
+    """Script round trips: each flush is one EVAL carrying all its increments, each refresh one more
+    reading the buckets that can still change."""
+    stats = client.info("commandstats")
+    return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_eval", "cmdstat_evalsha"))
+
+
+def test_redis_writes_scale_with_intervals_not_requests(sim: SimProcess, private_redis: PrivateRedis) -> None:
+    interval = 0.5
+    catalogue = catalogue_for(sim, {"m": [{"sim": "quick", "id": "quick"}]},
+                              gateway={"telemetry_flush_s": interval})
+    client = redis.Redis.from_url(private_redis.url)
+    with GatewayProcess(catalogue, env={"REDIS_URL": private_redis.url}) as gw:
+        body = {"model": "m", "messages": USER}
+
+        def writes_during(requests: int) -> tuple[int, float]:
+            client.config_resetstat()
+            start = time.monotonic()
+            served(asyncio.run(burst(gw.base_url, [body] * requests, 10)))
+            time.sleep(1.0)  # let the last flush land
+            return flushes(client), time.monotonic() - start
+
+        few, few_s = writes_during(50)
+        many, many_s = writes_during(500)
+    # 10x the requests: the write round trips follow elapsed time / flush interval, not requests.
+    assert few <= 2 * few_s / interval + 3, (few, few_s)
+    assert many <= 2 * many_s / interval + 3, (many, many_s)
+    assert many < 500 / 10, many
