@@ -1,7 +1,8 @@
 """`create_app(config)`: the HTTP surface of the gateway, and the one place errors are rendered.
 
-Routes are thin: `/v1/chat/completions` hands over to `pipeline.handle()`; the rest read the catalogue
-or the telemetry view. Every response carries `x-request-id` (the client's, if it sent a sane one).
+Routes are thin: `/v1/chat/completions` hands over to `pipeline.handle()`; the rest read the catalogue,
+the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
+response carries `x-request-id` (the client's, if it sent a sane one).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import pipeline
 from gateway.config import Config
+from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
+from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json
 from gateway.errors import GatewayError, InvalidRequest, error_body
 from gateway.explain import plan_json
+from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
 
@@ -78,6 +82,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             yield
 
     app = FastAPI(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    dashboard_page = load_page()
     app.add_middleware(RequestIdMiddleware)
 
     def services_of(request: Request) -> Services:
@@ -85,6 +90,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        if request.url.path == "/v1/chat/completions":
+            services_of(request).access_log.failed(request.scope["state"]["request_id"], exc)
         return render_error(exc)
 
     @app.exception_handler(StarletteHTTPException)
@@ -96,8 +103,12 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error in request %s", request.scope.get("state", {}).get("request_id"))
-        return render_error(GatewayError("Internal error in the gateway."))
+        request_id = request.scope.get("state", {}).get("request_id")
+        log.exception("unhandled error in request %s", request_id)
+        err = GatewayError("Internal error in the gateway.")
+        if request.url.path == "/v1/chat/completions":
+            services_of(request).access_log.failed(str(request_id), err)
+        return render_error(err)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -133,6 +144,14 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         data = [endpoint_json(e, telemetry.stats(e.key, window_s))
                 for e in services.config.catalogue.endpoints()]
         return JSONResponse({"object": "list", "data": data})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(services_of(request).metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+
+    @app.get("/dashboard")
+    async def dashboard() -> Response:
+        return Response(dashboard_page, media_type=DASHBOARD_MEDIA_TYPE, headers={"cache-control": "no-cache"})
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

@@ -57,6 +57,13 @@ class AdvertisedFile(_Frozen):
     ttft_ms: float | None = Field(default=None, gt=0)
 
 
+class SloFile(_Frozen):
+    """What a tier promises. Breaking it demotes the endpoint like an open circuit (reason `slo`)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0)  # recent TTFT above this breaks it
+    decode_tps: float | None = Field(default=None, gt=0)  # recent decode rate below this breaks it
+
+
 class ProviderFile(_Frozen):
     base_url: str = Field(pattern=r"^https?://")
     api_key_env: str | None = None  # the NAME of an environment variable; never the key itself
@@ -83,6 +90,8 @@ class EndpointFile(_Frozen):
     capabilities: frozenset[Capability] = frozenset()
     id: str | None = Field(default=None, min_length=1)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into the upstream body
+    slo: SloFile | None = None
+    first_token_budget_s: float | None = Field(default=None, gt=0)  # fixed; default: from live p90
 
     @model_validator(mode="after")
     def _one_pricing_kind(self) -> EndpointFile:
@@ -100,7 +109,15 @@ class GatewayFile(_Frozen):
     """Optional `gateway:` section: limits of the server itself."""
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    first_token_budget_s: float = Field(default=10.0, gt=0)  # per attempt, until the first token
+    # First-token budget per attempt: `ttft_budget_multiplier` x the endpoint's live p90 TTFT, kept
+    # within [min, max]; `max` when it has no samples. An endpoint's `first_token_budget_s` fixes it.
+    ttft_budget_multiplier: float = Field(default=3.0, gt=0)
+    ttft_budget_min_s: float = Field(default=2.0, gt=0)
+    ttft_budget_max_s: float = Field(default=10.0, gt=0)
+    deadline_s: float = Field(default=600.0, gt=0)  # a whole request, all attempts included
+    retry_budget: float = Field(default=0.2, ge=0, le=1)  # retries per request, per endpoint
+    breaker_failures: int = Field(default=5, ge=1)  # consecutive failures that open an endpoint's circuit
+    breaker_open_s: float = Field(default=30.0, gt=0)  # how long before a half-open probe
     stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
     explore_rate: float = Field(default=0.05, ge=0, le=1)  # requests that re-check a stale endpoint
     sticky_idle_s: float = Field(default=600.0, gt=0)  # a conversation's affinity lasts this long idle
@@ -148,6 +165,8 @@ class Endpoint:
     advertised: AdvertisedFile
     capabilities: frozenset[str]
     extra_body: Mapping[str, Any]
+    slo: SloFile | None = None
+    first_token_budget_s: float | None = None
 
     @property
     def available(self) -> bool:
@@ -243,6 +262,8 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     advertised=e.advertised,
                     capabilities=frozenset(e.capabilities),
                     extra_body=dict(e.extra_body),
+                    slo=e.slo,
+                    first_token_budget_s=e.first_token_budget_s,
                 )
             )
         models[model_name] = tuple(endpoints)

@@ -1,19 +1,23 @@
 """Stage 4, dispatch: walk the plan until one endpoint passes the first-chunk gate.
 
-One visible loop over the ordered candidates. For each: send the request (always streaming, with
-usage), check the status, and wait for the first token within the first-token budget. A failure that
-another endpoint could fix (429, 5xx, timeouts, connect errors, a provider refusing our key) moves on
-to the next candidate; a client error (400, 404, 413, 422) returns at once. Every attempt, failed or
-not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every failure.
+One visible loop over the ordered candidates (`Dispatcher.dispatch`). For each: skip it if the
+health board blocks it (open circuit, cool-down, SLO, misconfigured) and say why; otherwise attempt
+it -- send the request (always streaming, with usage), check the status, wait for the first token
+within the endpoint's first-token budget -- once, or twice where `retry.py` says a second try at the
+same endpoint is worth it. A client error returns at once; `context_length_exceeded` moves on to a
+candidate with a larger context; anything else moves on to the next candidate. Every attempt, failed
+or not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every failure.
 
-Nothing reaches the client before the gate opens, so failover is invisible to it. What happens after
-the gate (relaying, recording the served attempt) is the relay's and the pipeline's job.
+Nothing reaches the client before the gate opens, so failover is invisible to it. Relaying and
+recording the served attempt are the relay's and the pipeline's job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +34,13 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from gateway.health import HealthBoard
 from gateway.record import Recorder
 from gateway.relay import Meter, StreamBroken, UpstreamStream
+from gateway.retry import RetryBudget
+from gateway.retry import attempts as retry_attempts
 from gateway.telemetry.sample import Outcome
+from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import Upstreams
 
 _MAX_ERROR_BODY = 64 * 1024
@@ -40,8 +48,20 @@ _MAX_ERROR_BODY = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class DispatchLimits:
-    first_token_budget_s: float
     stall_timeout_s: float
+    ttft_budget_multiplier: float = 3.0
+    ttft_budget_min_s: float = 2.0
+    ttft_budget_max_s: float = 10.0
+    deadline_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A candidate passed over without an attempt, and why (circuit_open, cooldown, slo, ...)."""
+
+    endpoint_id: str
+    tier: str
+    reason: str
 
 
 @dataclass(slots=True)
@@ -52,6 +72,7 @@ class Served:
     attempts: tuple[Attempt, ...]  # the failed attempts before it
     started_at: float  # wall clock
     in_flight_at_start: int
+    skips: tuple[Skip, ...] = ()
 
 
 def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
@@ -108,53 +129,122 @@ async def _error_from_response(response: httpx.Response) -> UpstreamError:
     return UpstreamError(message, status=status, body=body, retry_after_s=_retry_after(response.headers))
 
 
-async def _try(
-    upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, limits: DispatchLimits
-) -> UpstreamStream:
+async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
+                stall_s: float) -> UpstreamStream:
+    """Send, check the status, and pass the first-chunk gate, all within the first-token budget."""
+    deadline = time.perf_counter() + budget_s
     try:
-        response = await upstreams.open(endpoint, body)
+        async with asyncio.timeout(budget_s):
+            response = await upstreams.open(endpoint, body)
+    except TimeoutError:
+        # Accepted the connection, never answered: the silent endpoint the budget is there for.
+        raise UpstreamTimeout(f"no response within {budget_s:.1f} s") from None
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
         raise UpstreamUnreachable(message) from None
     except httpx.HTTPError as exc:
-        raise UpstreamUnreachable(f"{endpoint.provider.name} failed: {type(exc).__name__}") from None
+        # Reset or closed before a response: worth one more try, unlike a refused connection.
+        raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response)
-    stream = UpstreamStream(endpoint, response, meter, limits.stall_timeout_s)
+    stream = UpstreamStream(endpoint, response, meter, stall_s)
     try:
-        await stream.open_gate(limits.first_token_budget_s)
+        await stream.open_gate(max(0.0, deadline - time.perf_counter()))
     except BaseException:
         await stream.aclose()
         raise
     return stream
 
 
-async def dispatch(
-    request: ChatRequest, plan: Plan, upstreams: Upstreams, recorder: Recorder, limits: DispatchLimits
-) -> Served:
-    """Try the plan's candidates in order; return the first that produces a token."""
-    attempts: list[Attempt] = []
-    failures: list[tuple[str, GatewayError]] = []
-    for endpoint in plan.endpoints:
-        in_flight = recorder.begin(endpoint)
-        started_at = time.time()
-        meter = Meter(t_sent=time.perf_counter())
-        try:
-            stream = await _try(upstreams, endpoint, upstream_body(request, endpoint), meter, limits)
-        except GatewayError as err:
-            outcome = outcome_of(err)
-            recorder.record(endpoint, meter, outcome, err.status, started_at, in_flight)
-            attempts.append(Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome, err.status,
-                                    err.metric_label, time.perf_counter() - meter.t_sent))
-            failures.append((endpoint.id, err))
-            if outcome is Outcome.CLIENT_ERROR:
-                raise  # the request itself is wrong: another endpoint would say the same
-            continue
-        except BaseException:
-            # The client went away (cancellation) while we waited: still pair begin() with end().
-            recorder.record(endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
-            raise
-        return Served(stream, tuple(attempts), started_at, in_flight)
-    if not failures:
-        raise UpstreamUnreachable(f"no endpoint of '{plan.model}' is available")
-    raise AllCandidatesFailed(failures)
+class Dispatcher:
+    def __init__(self, upstreams: Upstreams, recorder: Recorder, health: HealthBoard, telemetry: TelemetryStore,
+                 limits: DispatchLimits, budget: RetryBudget) -> None:
+        self.upstreams = upstreams
+        self.recorder = recorder
+        self.health = health
+        self.telemetry = telemetry
+        self.limits = limits
+        self.budget = budget
+        self.on_retry: Callable[[Endpoint, GatewayError], None] | None = None
+
+    def first_token_budget(self, endpoint: Endpoint) -> float:
+        """Fixed per endpoint, or a multiple of its live p90 TTFT within [min, max]."""
+        if endpoint.first_token_budget_s is not None:
+            return endpoint.first_token_budget_s
+        limits = self.limits
+        ttft = self.telemetry.stats(endpoint.key, 300).ttft_ms
+        if ttft is None or ttft.count < 5:
+            return limits.ttft_budget_max_s
+        return min(limits.ttft_budget_max_s, max(limits.ttft_budget_min_s,
+                                                  limits.ttft_budget_multiplier * ttft.p90 / 1000))
+
+    async def dispatch(self, request: ChatRequest, plan: Plan) -> Served:
+        """Try the plan's candidates in order; return the first that produces a token."""
+        attempts: list[Attempt] = []
+        failures: list[tuple[str, GatewayError]] = []
+        skips: list[Skip] = []
+        deadline = time.perf_counter() + self.limits.deadline_s
+        needs_context: int | None = None  # after context_length_exceeded: only larger windows
+        candidates = plan.endpoints
+        for i, endpoint in enumerate(candidates):
+            if needs_context is not None and (endpoint.context_length or 0) <= needs_context:
+                continue
+            blocked = self.health.blocked(endpoint)
+            if blocked is not None:
+                skips.append(Skip(endpoint.id, endpoint.tier.value, blocked))
+                continue
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                break
+            try:
+                stream, started_at, in_flight = await self._attempt_endpoint(
+                    request, endpoint, has_alternatives=i < len(candidates) - 1, attempts=attempts,
+                    budget_s=min(self.first_token_budget(endpoint), remaining))
+            except GatewayError as err:
+                failures.append((endpoint.id, err))
+                if err.code == "context_length_exceeded":
+                    needs_context = endpoint.context_length or 0
+                    continue
+                if outcome_of(err) is Outcome.CLIENT_ERROR:
+                    raise  # the request itself is wrong: another endpoint would say the same
+                continue
+            return Served(stream, tuple(attempts), started_at, in_flight, tuple(skips))
+        if failures:
+            raise AllCandidatesFailed(failures)
+        reasons = ", ".join(f"{s.endpoint_id}: {s.reason}" for s in skips) or "deadline passed"
+        raise UpstreamError(f"No endpoint of '{plan.model}' can take requests now ({reasons}).", status=503,
+                            retry_after_s=1.0)
+
+    async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *, has_alternatives: bool,
+                                attempts: list[Attempt], budget_s: float) -> tuple[UpstreamStream, float, int]:
+        """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
+        body = upstream_body(request, endpoint)
+        on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
+        async for attempt in retry_attempts(endpoint.key, has_alternatives, self.budget, on_retry):
+            with attempt:
+                in_flight = self.recorder.begin(endpoint)
+                started_at = time.time()
+                meter = Meter(t_sent=time.perf_counter())
+                try:
+                    stream = await _open(self.upstreams, endpoint, body, meter, budget_s,
+                                         self.limits.stall_timeout_s)
+                except GatewayError as err:
+                    self._failed(endpoint, meter, err, started_at, in_flight, attempts)
+                    raise
+                except BaseException:
+                    # The client went away (cancellation) while we waited: still pair begin() with end().
+                    self.recorder.record(endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
+                    raise
+                return stream, started_at, in_flight
+        raise AssertionError("unreachable: tenacity re-raises the last failure")
+
+    def _failed(self, endpoint: Endpoint, meter: Meter, err: GatewayError, started_at: float, in_flight: int,
+                attempts: list[Attempt]) -> None:
+        outcome = outcome_of(err)
+        self.recorder.record(endpoint, meter, outcome, err.status, started_at, in_flight)
+        attempts.append(Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome, err.status,
+                                err.metric_label, time.perf_counter() - meter.t_sent))
+        if isinstance(err, UpstreamMisconfigured):
+            self.health.misconfigured(endpoint, err.upstream_status)
+        elif err.status == 429:
+            self.health.cool_down(endpoint, err.retry_after_s if err.retry_after_s is not None else 1.0)

@@ -134,6 +134,7 @@ class UpstreamUnreachable(UpstreamError):
 class UpstreamMisconfigured(UpstreamError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message, status=502)
+        self.upstream_status = status
         self.code = "upstream_auth_failed"
         self.retryable = False
         self.metric_label = f"upstream_{status}"

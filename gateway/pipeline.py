@@ -23,9 +23,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message
 
 from gateway.context import ChatRequest, Plan, RequestContext
-from gateway.dispatch import Served, dispatch, outcome_of
+from gateway.dispatch import Served, outcome_of
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
+from gateway.metrics import count_fallback
 from gateway.parse import parse_chat_request
 from gateway.relay import collect, sse_body
 from gateway.services import Services
@@ -42,9 +43,10 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
         "x-ultraroute-tier": endpoint.tier.value,
         "x-ultraroute-attempts": str(len(ctx.attempts) + 1),
     }
-    # Premium endpoints passed over before any attempt (spills), then the ones that failed.
+    # Premium endpoints passed over by the plan (spills) or by health (skips), then the ones that failed.
     spills = [(s.endpoint_id, s.reason) for s in ctx.plan.spills] if ctx.plan else []
-    hops = spills + [(a.endpoint_id, a.reason) for a in ctx.attempts]
+    skips = [(s.endpoint_id, s.reason) for s in served.skips]
+    hops = spills + skips + [(a.endpoint_id, a.reason) for a in ctx.attempts]
     if hops:
         path = "->".join([*(h[0] for h in hops), endpoint.id])
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
@@ -52,8 +54,9 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
 
 
 def finish(services: Services, served: Served, session_key: str | None, failure: GatewayError | None,
-           cancelled: bool) -> None:
-    """Stage 6 for the attempt that served; failed attempts were recorded as they failed."""
+           cancelled: bool, request_id: str) -> None:
+    """Stage 6 for the attempt that served (and its access log line); failed attempts were recorded
+    as they failed."""
     stream = served.stream
     if cancelled:
         outcome, status = Outcome.CANCELLED, 200
@@ -61,8 +64,9 @@ def finish(services: Services, served: Served, session_key: str | None, failure:
         outcome, status = outcome_of(failure), failure.status
     else:
         outcome, status = Outcome.OK, 200
-    services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
-                             served.in_flight_at_start, session_key)
+    sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
+                                      served.in_flight_at_start, session_key)
+    services.access_log.served(request_id, served, sample, status, failure)
 
 
 async def _relay_stream(services: Services, served: Served, ctx: RequestContext,
@@ -78,7 +82,7 @@ async def _relay_stream(services: Services, served: Served, ctx: RequestContext,
         # Runs when the client disconnects too (Starlette cancels us): closing the response drops the
         # upstream connection, so the provider stops generating.
         await served.stream.aclose()
-        finish(services, served, session, served.stream.failure, cancelled)
+        finish(services, served, session, served.stream.failure, cancelled, ctx.request.request_id)
 
 
 async def _until_disconnect(receive: Callable[[], Awaitable[Message]]) -> None:
@@ -114,7 +118,8 @@ async def unless_disconnected(work: Coroutine[Any, Any, Response],
         watcher.cancel()
 
 
-async def _collect_json(services: Services, served: Served, session_key: str | None) -> dict[str, Any]:
+async def _collect_json(services: Services, served: Served, session_key: str | None,
+                        request_id: str) -> dict[str, Any]:
     failure: GatewayError | None = None
     cancelled = False
     try:
@@ -127,14 +132,15 @@ async def _collect_json(services: Services, served: Served, session_key: str | N
         raise
     finally:
         await served.stream.aclose()
-        finish(services, served, session_key, failure, cancelled)
+        finish(services, served, session_key, failure, cancelled, request_id)
 
 
 async def _serve(chat: ChatRequest, plan: Plan, services: Services) -> Response:
     """Stages 4-6: dispatch, then relay (streaming) or collect (JSON); both end by recording."""
-    served = await dispatch(chat, plan, services.upstreams, services.recorder, services.limits)
+    served = await services.dispatcher.dispatch(chat, plan)
     ctx = RequestContext(request=chat, plan=plan, attempts=served.attempts)
     headers = served_headers(ctx, served)
+    count_fallback(services.metrics, plan, served)
     endpoint = served.stream.endpoint
     metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
     if chat.stream:
@@ -147,7 +153,7 @@ async def _serve(chat: ChatRequest, plan: Plan, services: Services) -> Response:
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
-    completion = await _collect_json(services, served, plan.session_key)
+    completion = await _collect_json(services, served, plan.session_key, chat.request_id)
     completion["provider"] = endpoint.provider.name  # as OpenRouter reports it
     if metadata is not None:
         completion["ultraroute"] = metadata

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 
 from gateway.config import Endpoint
+from gateway.health import HealthBoard
+from gateway.metrics import Metrics
 from gateway.relay import Meter
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -34,11 +36,15 @@ def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int
 
 class Recorder:
     """Stage 6 as an object: where every attempt's sample goes (telemetry, the router's load
-    models and session affinity). `begin()` and `record()` always come in pairs."""
+    models and session affinity, the health board, the Prometheus metrics). `begin()` and `record()`
+    always come in pairs."""
 
-    def __init__(self, telemetry: TelemetryStore, router: Router) -> None:
+    def __init__(self, telemetry: TelemetryStore, router: Router, health: HealthBoard,
+                 metrics: Metrics | None = None) -> None:
         self.telemetry = telemetry
         self.router = router
+        self.health = health
+        self.metrics = metrics
 
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
@@ -58,6 +64,9 @@ class Recorder:
         self.telemetry.record(sample)
         self.telemetry.end(endpoint.key)
         self.router.observe(sample, session_key)
+        self.health.observe(endpoint, sample)
+        if self.metrics is not None:
+            self.metrics.attempt(endpoint, sample)
         return sample
 
 

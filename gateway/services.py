@@ -1,4 +1,5 @@
-"""The one `Services` object a running gateway owns: config, upstream pools, telemetry, router.
+"""The one `Services` object a running gateway owns: config, upstream pools, telemetry, router,
+metrics and the access log.
 
 Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
 argument. There are no module-level singletons.
@@ -11,10 +12,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from gateway.accesslog import AccessLog
 from gateway.config import Config
-from gateway.dispatch import DispatchLimits
+from gateway.dispatch import Dispatcher, DispatchLimits
+from gateway.health import BreakerSettings, HealthBoard
+from gateway.metrics import Metrics, store_redis_errors
 from gateway.preferences import Resolver
 from gateway.record import Recorder
+from gateway.retry import RetryBudget
 from gateway.routing.router import Router, RouterSettings
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
@@ -29,8 +34,11 @@ class Services:
     router: Router
     resolver: Resolver
     recorder: Recorder
-    limits: DispatchLimits
+    health: HealthBoard
+    dispatcher: Dispatcher
     replica_id: str
+    metrics: Metrics
+    access_log: AccessLog
 
 
 @asynccontextmanager
@@ -45,7 +53,20 @@ async def open_services(
     settings = RouterSettings(explore_rate=config.gateway.explore_rate,
                               sticky_idle_s=config.gateway.sticky_idle_s)
     router = Router(config.catalogue, telemetry, settings)
+    health = HealthBoard(BreakerSettings(failure_threshold=config.gateway.breaker_failures,
+                                         open_s=config.gateway.breaker_open_s))
+    metrics = Metrics(config.catalogue, telemetry.in_flight, store_redis_errors(telemetry))
+    health.on_change = metrics.circuit
+    recorder = Recorder(telemetry, router, health, metrics)
+    gw = config.gateway
+    limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
+                            ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
+                            deadline_s=gw.deadline_s)
+    dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget))
+    dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
+    access_log = AccessLog()
     await telemetry.start()
+    access_log.start()
     try:
         yield Services(
             config=config,
@@ -53,13 +74,14 @@ async def open_services(
             telemetry=telemetry,
             router=router,
             resolver=Resolver(config.policies),
-            recorder=Recorder(telemetry, router),
-            limits=DispatchLimits(
-                first_token_budget_s=config.gateway.first_token_budget_s,
-                stall_timeout_s=config.gateway.stall_timeout_s,
-            ),
+            recorder=recorder,
+            health=health,
+            dispatcher=dispatcher,
             replica_id=replica_id,
+            metrics=metrics,
+            access_log=access_log,
         )
     finally:
+        access_log.stop()
         await upstreams.aclose()
         await telemetry.stop()

@@ -16,10 +16,12 @@ import pytest
 
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
-from gateway.dispatch import DispatchLimits, dispatch, upstream_body
+from gateway.dispatch import Dispatcher, DispatchLimits, upstream_body
 from gateway.errors import AllCandidatesFailed, UpstreamError
+from gateway.health import HealthBoard
 from gateway.record import Recorder
 from gateway.relay import collect
+from gateway.retry import RetryBudget
 from gateway.routing.figures import Figures
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
@@ -75,11 +77,14 @@ async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: floa
 
     upstreams = Upstreams(catalogue.providers, factory)
     store = MemoryStore()
-    recorder = Recorder(store, Router(catalogue, store))
+    health = HealthBoard()
+    recorder = Recorder(store, Router(catalogue, store), health)
     none = Figures(None, None, None, 0, 0, "none")
     plan = Plan(model="m", candidates=tuple(Candidate(e, none, 0) for e in catalogue.models["m"]))
+    limits = DispatchLimits(stall_timeout_s=5.0, ttft_budget_min_s=budget_s, ttft_budget_max_s=budget_s)
+    dispatcher = Dispatcher(upstreams, recorder, health, store, limits, RetryBudget())
     try:
-        served = await dispatch(request(), plan, upstreams, recorder, DispatchLimits(budget_s, 5.0))
+        served = await dispatcher.dispatch(request(), plan)
         completion = await collect(served.stream, "m")
         await served.stream.aclose()
         return served, completion, seen, store
@@ -114,18 +119,29 @@ async def test_first_endpoint_serves(catalogue: Catalogue) -> None:
     assert seen[0].url == "http://a.test/v1/chat/completions"
 
 
-@pytest.mark.parametrize(("status", "outcome"), [(429, Outcome.RATE_LIMITED), (503, Outcome.SERVER_ERROR),
-                                                 (500, Outcome.SERVER_ERROR), (401, Outcome.SERVER_ERROR)])
+@pytest.mark.parametrize(("status", "outcome", "tries_at_a"), [
+    (429, Outcome.RATE_LIMITED, 1),  # another candidate is left: fail over at once
+    (503, Outcome.SERVER_ERROR, 1),  # unavailable: fail over at once
+    (500, Outcome.SERVER_ERROR, 2),  # a single 500: one more try at the same endpoint
+    (401, Outcome.SERVER_ERROR, 1),  # our key is refused: misconfigured, never retried
+])
 async def test_fails_over_on_retryable_or_misconfigured(catalogue: Catalogue, status: int,
-                                                        outcome: Outcome) -> None:
+                                                        outcome: Outcome, tries_at_a: int) -> None:
     served, _, seen, store = await run(catalogue, {"a": error(status), "b": stream_response(OK_STREAM)})
-    assert [a.outcome for a in served.attempts] == [outcome]
-    assert served.stream.endpoint.id == "b/standard" and len(seen) == 2
-    assert store.stats("m/a/fast").requests == 1 and store.in_flight("m/a/fast") == 0
+    assert [a.outcome for a in served.attempts] == [outcome] * tries_at_a
+    assert served.stream.endpoint.id == "b/standard" and len(seen) == tries_at_a + 1
+    assert store.in_flight("m/a/fast") == 0  # every begin() was paired with a record()
 
 
 async def test_client_error_returns_at_once(catalogue: Catalogue) -> None:
     with pytest.raises(UpstreamError) as info:
+        await run(catalogue, {"a": error(400, "invalid_value"), "b": stream_response(OK_STREAM)})
+    assert info.value.status == 400 and info.value.code == "invalid_value"
+
+
+async def test_context_length_exceeded_moves_to_a_larger_context_only(catalogue: Catalogue) -> None:
+    # Neither endpoint declares a context length: none is known to be larger, so the error comes back.
+    with pytest.raises(AllCandidatesFailed) as info:
         await run(catalogue, {"a": error(400, "context_length_exceeded"), "b": stream_response(OK_STREAM)})
     assert info.value.status == 400 and info.value.code == "context_length_exceeded"
 
@@ -141,6 +157,7 @@ async def test_all_failed_carries_every_failure_and_renders_the_last(catalogue: 
         await run(catalogue, {"a": error(429, headers={"retry-after": "3"}), "b": error(503)})
     err = info.value
     assert [e.status for _, e in err.failures] == [429, 503] and err.status == 503
+    assert err.last.retry_after_s is None
     assert "all candidates failed" in err.message and err.headers()["x-should-retry"] == "false"
 
 

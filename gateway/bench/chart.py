@@ -69,13 +69,17 @@ def write_chart(path: Path, stats: Sequence[LevelStats], title: str = "ultrarout
             xs_all += xs
             ys_all += ys
             (line,) = ax.plot(xs, ys, marker="o", linewidth=1.8, label=target)
-            for x, y, level in points:
-                ax.annotate(f"c={level}", (x, y), textcoords="offset points", xytext=(6, 4),
-                            fontsize=8, color=line.get_color())
+            for i, (x, y, level) in enumerate(points):
+                # Alternate sides: a per-token target's points share one x, and neighbours' labels
+                # would otherwise print over each other.
+                right = i % 2 == 0
+                ax.annotate(f"c={level}", (x, y), textcoords="offset points", xytext=(6 if right else -6, 3),
+                            ha="left" if right else "right", fontsize=8, color=line.get_color())
         ax.set_ylabel(label)
         ax.set_xlabel("cost per 1M output tokens (USD)" if by_cost else "concurrency (no prices given)")
         ax.set_title(label.split(" (")[0] + (" vs cost" if by_cost else " vs concurrency"))
         ax.grid(True, alpha=0.3)
+        ax.margins(x=0.12, y=0.08)  # room for the c=N labels of the outermost points
         _scale(ax, "y", ys_all, money=False)
         _scale(ax, "x", xs_all, money=by_cost)
         if ys_all:

@@ -1,7 +1,7 @@
 """`ultraroute bench` end to end: arguments -> targets -> measurement -> table, files, exit status.
 
 Does: resolve targets (flags, targets file, catalogue prices), load prompts, run the bench under a
-live progress bar, summarise every (target, level), compare A and B when asked, print the table
+live progress bar, summarise every (target, level), compare each --compare pair, print the table
 and write `results.json`, `results.csv` and `chart.png` into `--out`.
 Exit status: 0 when the run completed, whatever the error rates (failures are figures in the
 table); 1 when every request of every target failed (nothing was measured); 2 on bad input.
@@ -65,10 +65,10 @@ def resolve_targets(args: argparse.Namespace) -> tuple[list[Target], list[str]]:
     for target in targets:
         if target.api_key_env and not os.environ.get(target.api_key_env):
             notes.append(f"{target.name}: {target.api_key_env} is not set; requests go without a key")
-    if args.compare:
-        unknown = [name for name in args.compare if name not in {t.name for t in targets}]
-        if unknown:
-            raise BenchConfigError(f"--compare names unknown targets: {', '.join(unknown)}")
+    names = {t.name for t in targets}
+    unknown = [name for pair in args.compare for name in pair if name not in names]
+    if unknown:
+        raise BenchConfigError(f"--compare names unknown targets: {', '.join(unknown)}")
     return targets, notes
 
 
@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     except (BenchConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for note in notes:  # before the run, so that a missing key is seen before minutes are spent
+        print(f"note: {note}", file=sys.stderr)
     settings = RunSettings(levels=args.levels, requests=args.requests, max_tokens=args.max_tokens,
                            timeout_s=args.timeout)
     started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         runs = asyncio.run(run_bench(targets, prompts, settings, progress))
     pricing = {t.name: t.pricing for t in targets}
     stats = tuple(summarize(r, pricing[r.target]) for r in runs)
-    comparison = compare(stats, *args.compare) if args.compare else None
+    comparisons = tuple(compare(stats, a, b) for a, b in args.compare)
     report = BenchReport(
         started_at=started,
         settings={"levels": list(settings.levels), "requests": settings.requests,
@@ -106,14 +108,14 @@ def run(args: argparse.Namespace) -> int:
                   "prompts": args.prompts or "bundled", "prompt_count": len(prompts)},
         targets=tuple(t.describe() for t in targets),
         levels=stats,
-        comparison=comparison,
+        comparisons=comparisons,
         runs=tuple(runs),
     )
     files = [write_json(out_dir / "results.json", report), write_csv(out_dir / "results.csv", report),
              write_chart(out_dir / "chart.png", stats)]
     out = console()
     notes += [*routing_notes(stats, targets), *client_notes(stats), *_first_errors(runs)]
-    print_results(out, stats, comparison, notes)
+    print_results(out, stats, comparisons, notes)
     out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
     every_failed = all(s.errors == s.requests for s in stats)
     return 1 if every_failed else 0

@@ -2,8 +2,10 @@
 
 At each level both targets measured: speed_x = A's per-user decode p50 / B's, price_x = A's cost per
 1M output tokens / B's (hourly pricing makes it vary by level), plus the aggregate-throughput and
-end-to-end multiples for context. A is "worth it" at a level when speed_x >= price_x: each dollar
-buys at least as much per-user speed as on B. The verdict is one line, e.g.
+end-to-end multiples for context. A is "worth it" at a level when speed_x >= price_x (each dollar
+buys at least as much per-user speed as on B) and A failed no more requests than B (+1 point):
+a tier that is fast for the requests it admits but refuses the rest (rate limits) is not a bargain.
+The verdict is one line, e.g.
 
     ultra is 3.9x-4.0x as fast per user as std at 8.0x the price per 1M output tokens:
     not worth it at any level
@@ -25,18 +27,26 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+ERROR_MARGIN = 0.01  # A may fail up to 1 point more of its requests than B and still be "worth it"
+
+
 def compare_level(a: LevelStats, b: LevelStats) -> LevelComparison:
     speed = _ratio(a.decode_tps_p50, b.decode_tps_p50)
     price = _ratio(a.cost_per_1m_output, b.cost_per_1m_output)
     if a.cost_per_1m_output == 0 and b.cost_per_1m_output == 0:
         price = 1.0  # both free: the same price
+    worth = None if speed is None or price is None else speed >= price
+    if worth and a.error_rate > b.error_rate + ERROR_MARGIN:
+        worth = False
     return LevelComparison(
         level=a.level,
         speed_x=speed,
         aggregate_x=_ratio(a.aggregate_tps, b.aggregate_tps),
         e2e_x=_ratio(b.e2e_ms_p50, a.e2e_ms_p50),
         price_x=price,
-        worth_it=None if speed is None or price is None else speed >= price,
+        worth_it=worth,
+        error_rate_a=a.error_rate,
+        error_rate_b=b.error_rate,
     )
 
 
@@ -76,6 +86,9 @@ def verdict(a: str, b: str, rows: Sequence[LevelComparison]) -> str:
         judgement = f"worth it at {_levels(worth)}, not at {_levels(not_worth)}"
     if unknown:
         judgement += f"; no data at {_levels(unknown)}"
+    failing = [r for r in rows if r.error_rate_a > r.error_rate_b + ERROR_MARGIN]
+    if failing:
+        judgement += f"; {a} failed " + ", ".join(f"{r.error_rate_a:.0%} at c={r.level}" for r in failing)
     return f"{text}: {judgement}"
 
 

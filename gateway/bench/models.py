@@ -90,7 +90,9 @@ class LevelComparison:
     aggregate_x: float | None
     e2e_x: float | None
     price_x: float | None  # cost per 1M output tokens
-    worth_it: bool | None  # speed_x >= price_x; None when either is unknown
+    worth_it: bool | None  # speed_x >= price_x and A no less reliable; None when unknown
+    error_rate_a: float = 0.0
+    error_rate_b: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,5 +109,5 @@ class BenchReport:
     settings: dict[str, Any]
     targets: tuple[dict[str, Any], ...]  # each target described (no API keys, only env var names)
     levels: tuple[LevelStats, ...]
-    comparison: Comparison | None
+    comparisons: tuple[Comparison, ...]  # one per --compare pair, in the order given
     runs: tuple[LevelRun, ...]

@@ -17,7 +17,7 @@ examples:
       --target ultra:speed=ultrafast --target std:speed=standard \\
       --price ultra=2.40/9.60 --price std=0.30/1.20 --compare ultra std --levels 1,4,16
   ultraroute bench --base-url http://127.0.0.1:8080/v1 --model deepseek-v4.1-flash \\
-      --target ultra:only=fireworks/ultrafast --target std:only=fireworks/standard \\
+      --target ultra:speed=ultrafast,only=fireworks/ultrafast --target std:only=fireworks/standard \\
       --catalogue providers.yaml --compare ultra std
 
 exit status: 0 when the run completed (failed requests are figures in the table), 1 when every
@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="USD per hour of rented capacity, e.g. dedicated=25")
     price.add_argument("--catalogue", metavar="FILE",
                        help="take prices from a gateway catalogue (providers.yaml)")
-    price.add_argument("--compare", nargs=2, metavar=("A", "B"),
-                       help="A's speed multiple against its price multiple, and a verdict")
+    price.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
+                       help="A's speed multiple against its price multiple, and a verdict (repeatable)")
     load = parser.add_argument_group("load")
     load.add_argument("--levels", type=levels, default=(1, 4, 16, 64),
                       help="concurrency levels (default 1,4,16,64)")

@@ -93,7 +93,7 @@ def _error_text(status: int, body: bytes) -> str:
     except orjson.JSONDecodeError:
         message = None
     text = message or body[:_ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
-    return f"http {status}: {text[:120]}" if text else f"http {status}"
+    return f"http {status}: {text[:240]}" if text else f"http {status}"
 
 
 def _kind_of(exc: BaseException) -> str:

@@ -2,7 +2,7 @@
 
 Does: `LiveProgress` (a rich progress bar on stderr, so stdout stays clean for the table when piped:
 requests done of the whole run, the target and level being measured, errors so far); `print_results`
-(one row per target and level, then the comparison and its verdict, then notes: which endpoint
+(one row per target and level, then each comparison and its verdict, then notes: which endpoint
 served each target behind the gateway, error kinds, pricing notes).
 Does not: compute figures or write files.
 """
@@ -86,12 +86,12 @@ def results_table(stats: Sequence[LevelStats]) -> Table:
 
 def comparison_table(comparison: Comparison) -> Table:
     table = Table(title=f"{comparison.a} vs {comparison.b}", title_justify="left")
-    for name in ("c", "speed x (per user)", "aggregate x", "e2e x", "price x", "worth it"):
+    for name in ("c", "speed x (per user)", "aggregate x", "e2e x", "price x", "errors A / B", "worth it"):
         table.add_column(name, justify="right")
     for row in comparison.levels:
         worth = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[row.worth_it]
         table.add_row(str(row.level), _num(row.speed_x, 2), _num(row.aggregate_x, 2), _num(row.e2e_x, 2),
-                      _num(row.price_x, 2), worth)
+                      _num(row.price_x, 2), f"{row.error_rate_a:.0%} / {row.error_rate_b:.0%}", worth)
     return table
 
 
@@ -123,10 +123,10 @@ def client_notes(stats: Sequence[LevelStats]) -> list[str]:
             for s in stats if s.client_cpu > BUSY_CLIENT]
 
 
-def print_results(out: Console, stats: Sequence[LevelStats], comparison: Comparison | None,
+def print_results(out: Console, stats: Sequence[LevelStats], comparisons: Sequence[Comparison],
                   notes: Sequence[str]) -> None:
     out.print(results_table(stats))
-    if comparison is not None:
+    for comparison in comparisons:
         out.print(comparison_table(comparison))
         out.print(f"[bold]verdict:[/bold] {comparison.verdict}", highlight=False)
     kinds: dict[str, dict[str, int]] = {}

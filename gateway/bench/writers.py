@@ -2,7 +2,8 @@
 
 JSON keys: `version`, `started_at`, `settings`, `targets` (base_url, model, body, pricing; API
 key env var NAMES only), `levels` (every `LevelStats` field; `endpoints` and `error_kinds` as
-objects), `comparison` (or null) and `requests` (every request, for re-analysis).
+objects), `comparisons` (one per `--compare` pair: a, b, levels, verdict) and `requests` (every
+request, for re-analysis).
 CSV columns: `CSV_COLUMNS`, in that order; empty cell = not measurable; `endpoints` and
 `error_kinds` as `name=count;name=count`.
 Does: serialise. Does not: compute any figure or decide file names beyond the two defaults.
@@ -17,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway.bench.models import BenchReport, Comparison, LevelStats
+from gateway.bench.models import BenchReport, LevelStats
 
 JSON_VERSION = 1
 CSV_COLUMNS: tuple[str, ...] = (
@@ -36,10 +37,6 @@ def _level_json(stats: LevelStats) -> dict[str, Any]:
     return data
 
 
-def _comparison_json(comparison: Comparison | None) -> dict[str, Any] | None:
-    return None if comparison is None else asdict(comparison)
-
-
 def report_json(report: BenchReport) -> dict[str, Any]:
     requests = [
         {**asdict(r), "decode_tps": r.decode_tps} for run in report.runs for r in run.results
@@ -50,7 +47,7 @@ def report_json(report: BenchReport) -> dict[str, Any]:
         "settings": report.settings,
         "targets": list(report.targets),
         "levels": [_level_json(s) for s in report.levels],
-        "comparison": _comparison_json(report.comparison),
+        "comparisons": [asdict(c) for c in report.comparisons],
         "requests": requests,
     }
 

@@ -37,7 +37,8 @@ def test_failing_targets_are_error_rows_and_the_run_completes(sim: SimProcess, t
         "--target", f"gone:base_url={closed}",
         "--target", f"hung:base_url={sim.base_url('hung')}",
         "--price", "good=1/2", "--hourly-cost", "gone=10",
-        "--levels", "1,2", "--requests", "2", "--max-tokens", "20", "--timeout", "0.5", "--out", str(tmp_path),
+        "--levels", "1,2", "--requests", "2", "--max-tokens", "20", "--timeout", "0.5",
+        "--out", str(tmp_path),
     ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr

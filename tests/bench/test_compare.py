@@ -79,3 +79,17 @@ def test_no_common_data() -> None:
     data = _pair(1, None, None, 2.4, 1.2)  # type: ignore[arg-type]
     verdict = compare(data, "ultra", "std").verdict
     assert verdict == "ultra vs std: no level where both produced tokens; no verdict"
+
+
+def test_a_tier_that_refuses_requests_is_not_worth_it() -> None:
+    from dataclasses import replace
+
+    data = _pair(1, 400.0, 100.0, 2.4, 1.2) + _pair(64, 900.0, 100.0, 2.4, 1.2)
+    data[2] = replace(data[2], errors=13, error_rate=0.2)  # ultra at c=64: rate limited
+    comparison = compare(data, "ultra", "std")
+    assert [r.worth_it for r in comparison.levels] == [True, False]
+    assert comparison.levels[1].error_rate_a == 0.2 and comparison.levels[1].error_rate_b == 0.0
+    assert comparison.verdict == (
+        "ultra is 4.0x-9.0x as fast per user as std at 2.0x the price per 1M output tokens: "
+        "worth it at c=1, not at c=64; ultra failed 20% at c=64"
+    )

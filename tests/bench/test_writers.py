@@ -32,7 +32,7 @@ def _report() -> BenchReport:
             {"name": "std", "base_url": "http://b/v1", "model": "m2", "body": {}},
         ),
         levels=levels,
-        comparison=compare(levels, "ultra", "std"),
+        comparisons=(compare(levels, "ultra", "std"),),
         runs=(run([result(target="ultra", endpoint="sim/fast")], target="ultra"),),
     )
 
@@ -55,7 +55,7 @@ def test_csv_columns_and_rows(tmp_path: Path) -> None:
 
 def test_json_keys_and_contents(tmp_path: Path) -> None:
     data = json.loads(write_json(tmp_path / "results.json", _report()).read_text())
-    assert set(data) == {"version", "started_at", "settings", "targets", "levels", "comparison", "requests"}
+    assert set(data) == {"version", "started_at", "settings", "targets", "levels", "comparisons", "requests"}
     assert data["version"] == 1
     assert data["settings"]["max_tokens"] == 100
     assert [t["name"] for t in data["targets"]] == ["ultra", "std"]
@@ -64,7 +64,7 @@ def test_json_keys_and_contents(tmp_path: Path) -> None:
     assert data["levels"][0]["endpoints"] == {"sim/fast": 4}
     assert data["levels"][1]["error_kinds"] == {"http 503": 1}
     assert data["levels"][1]["cost_per_1m_output"] is None
-    comparison = data["comparison"]
+    (comparison,) = data["comparisons"]
     assert set(comparison) == {"a", "b", "levels", "verdict"}
     assert comparison["levels"][0]["speed_x"] == 4.0
     assert comparison["verdict"].startswith("ultra is 4.0x as fast per user as std")

@@ -1,0 +1,24 @@
+# The Ultraroute gateway (and the simulated providers, same image). One uvicorn worker per container:
+# metrics are per process, so scale with replicas (docker-compose.yml runs two behind nginx).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+COPY policies ./policies
+# Editable: the package's data files (dashboard/index.html, bench/prompts.yaml) are read from the
+# source tree, which pyproject.toml does not list as package data.
+RUN pip install -e . \
+    && useradd --system --uid 10001 --no-create-home ultraroute
+
+USER ultraroute
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"]
+CMD ["ultraroute", "serve", "--config", "/etc/ultraroute/providers.yaml", "--policies", "/app/policies", \
+     "--host", "0.0.0.0", "--port", "8080", "--log-level", "info"]

@@ -1,0 +1,182 @@
+"""Endpoint health: circuit breakers, rate-limit cool-downs, SLO demotion, misconfiguration.
+
+`HealthBoard.blocked(endpoint)` answers, per attempt, whether an endpoint may be tried now and if
+not why: `circuit_open`, `cooldown` (a 429 said when to come back), `slo` (it answers, but slower
+than its tier promises), `misconfigured` (the provider refused our key). The dispatcher skips a
+blocked endpoint without an attempt and names the reason in the fallback header.
+
+Breaker: `failure_threshold` consecutive failures, or an error rate above `error_rate_threshold`
+over the last `window` outcomes, opens the circuit for `open_s`; then one request at a time is let
+through as a probe (half-open); a success closes it, a failure opens it again. SLO: an endpoint whose
+recent TTFT (EWMA over its last few requests) is above its catalogue `slo.ttft_ms`, or whose decode
+rate is below `slo.decode_tps`, is demoted like an open circuit; the probe after `open_s` is judged
+against the SLO too.
+
+State is local to this process; nothing here does I/O. (Sharing it between replicas through Redis
+is left to a later change; see the issue notes.)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.config import Endpoint
+from gateway.telemetry.sample import AttemptSample, Outcome
+
+log = logging.getLogger("ultraroute.health")
+
+# Outcomes that count against an endpoint. A client error or a cancelled request is not its fault.
+FAILURES = frozenset({Outcome.SERVER_ERROR, Outcome.TIMEOUT, Outcome.CONNECT_ERROR})
+SLO_ALPHA = 0.3
+SLO_MIN_SAMPLES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    failure_threshold: int = 5
+    error_rate_threshold: float = 0.5
+    window: int = 20  # outcomes the error rate is taken over
+    open_s: float = 30.0
+    max_cooldown_s: float = 60.0  # a retry-after longer than this is capped
+
+
+@dataclass(slots=True)
+class _State:
+    consecutive: int = 0
+    recent: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failure
+    open_until: float = 0.0
+    open_reason: str = ""
+    probing: bool = False
+    cooldown_until: float = 0.0
+    misconfigured: bool = False
+    ewma_ttft_ms: float | None = None
+    ewma_tps: float | None = None
+    slo_samples: int = 0
+
+
+class HealthBoard:
+    def __init__(self, settings: BreakerSettings | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings or BreakerSettings()
+        self._clock = clock
+        self._states: dict[str, _State] = {}
+        self.on_change: Callable[[Endpoint, bool], None] | None = None  # (endpoint, circuit open)
+
+    def _state(self, key: str) -> _State:
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = _State(recent=deque(maxlen=self.settings.window))
+        return state
+
+    # -- asked per attempt ---------------------------------------------------------------------
+    def blocked(self, endpoint: Endpoint) -> str | None:
+        """Why this endpoint may not be tried now, or None. Lets one probe through a tripped breaker."""
+        state = self._states.get(endpoint.key)
+        if state is None:
+            return None
+        if state.misconfigured:
+            return "misconfigured"
+        now = self._clock()
+        if now < state.cooldown_until:
+            return "cooldown"
+        if state.open_until:
+            if now < state.open_until or state.probing:
+                return state.open_reason
+            state.probing = True  # half-open: this request is the probe
+        return None
+
+    def is_open(self, endpoint: Endpoint) -> bool:
+        state = self._states.get(endpoint.key)
+        return bool(state and (state.open_until or state.misconfigured))
+
+    # -- told after each attempt ---------------------------------------------------------------
+    def observe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
+        if sample.outcome in (Outcome.CANCELLED, Outcome.CLIENT_ERROR):
+            self._state(endpoint.key).probing = False
+            return
+        state = self._state(endpoint.key)
+        failed = sample.outcome in FAILURES
+        state.recent.append(failed)
+        state.consecutive = state.consecutive + 1 if failed else 0
+        if sample.outcome is Outcome.OK:
+            self._observe_speed(state, sample)
+        was_probe = state.probing
+        state.probing = False
+        if failed:
+            if was_probe or self._trips(state):
+                self._open(endpoint, state, "circuit_open")
+            return
+        slo = self._slo_breach(endpoint, state)
+        if slo:
+            self._open(endpoint, state, "slo")
+        elif state.open_until and was_probe:
+            self._close(endpoint, state)
+
+    def cool_down(self, endpoint: Endpoint, seconds: float) -> None:
+        """A 429 (or `x-ratelimit-remaining-*: 0`) said when to come back."""
+        state = self._state(endpoint.key)
+        seconds = min(max(seconds, 0.0), self.settings.max_cooldown_s)
+        state.cooldown_until = max(state.cooldown_until, self._clock() + seconds)
+
+    def misconfigured(self, endpoint: Endpoint, status: int) -> None:
+        state = self._state(endpoint.key)
+        if not state.misconfigured:
+            # Once, and without anything the provider said: its error text may echo the key.
+            log.error("provider %s rejected the gateway's credentials (HTTP %d); endpoint %s disabled",
+                      endpoint.provider.name, status, endpoint.key)
+        state.misconfigured = True
+
+    # -- internals -----------------------------------------------------------------------------
+    def _trips(self, state: _State) -> bool:
+        s = self.settings
+        if state.consecutive >= s.failure_threshold:
+            return True
+        window = state.recent
+        return len(window) >= s.window // 2 and sum(window) / len(window) > s.error_rate_threshold
+
+    def _observe_speed(self, state: _State, sample: AttemptSample) -> None:
+        if sample.ttft_s is not None:
+            ms = sample.ttft_s * 1000
+            state.ewma_ttft_ms = ms if state.ewma_ttft_ms is None else \
+                state.ewma_ttft_ms + SLO_ALPHA * (ms - state.ewma_ttft_ms)
+        if sample.decode_tps is not None:
+            tps = sample.decode_tps
+            state.ewma_tps = tps if state.ewma_tps is None else state.ewma_tps + SLO_ALPHA * (tps - state.ewma_tps)
+        state.slo_samples += 1
+
+    def _slo_breach(self, endpoint: Endpoint, state: _State) -> bool:
+        slo = endpoint.slo
+        if slo is None:
+            return False
+        # A probe is judged on its own figures; otherwise on the last few requests.
+        if state.slo_samples < SLO_MIN_SAMPLES and not state.open_until:
+            return False
+        if slo.ttft_ms is not None and state.ewma_ttft_ms is not None and state.ewma_ttft_ms > slo.ttft_ms:
+            return True
+        return slo.decode_tps is not None and state.ewma_tps is not None and state.ewma_tps < slo.decode_tps
+
+    def _open(self, endpoint: Endpoint, state: _State, reason: str) -> None:
+        first = not state.open_until
+        state.open_until = self._clock() + self.settings.open_s
+        state.open_reason = reason
+        state.ewma_ttft_ms = state.ewma_tps = None  # the probe is judged on its own figures
+        state.slo_samples = 0
+        if first:
+            log.warning("endpoint %s demoted (%s) for %.0f s", endpoint.key, reason, self.settings.open_s)
+            if self.on_change is not None:
+                self.on_change(endpoint, True)
+
+    def _close(self, endpoint: Endpoint, state: _State) -> None:
+        state.open_until = 0.0
+        state.open_reason = ""
+        state.consecutive = 0
+        state.recent.clear()
+        state.ewma_ttft_ms = state.ewma_tps = None
+        state.slo_samples = 0
+        log.warning("endpoint %s restored", endpoint.key)
+        if self.on_change is not None:
+            self.on_change(endpoint, False)

@@ -1,0 +1,214 @@
+"""Prometheus metrics of one gateway process (`GET /metrics`), and the calls that record them.
+
+Does: build every `ultraroute_*` family in a per-app `CollectorRegistry` (never prometheus-client's
+global default registry); record one upstream attempt (`attempt()`, called by the Recorder), a
+fallback, a same-endpoint retry, a circuit change and a route selection; read in-flight counts and
+Redis errors only when scraped; render the exposition text.
+
+Does not: do I/O, decide anything, or merge processes. prometheus-client's multiprocess mode is not
+used: run one uvicorn worker per replica and let Prometheus sum the replicas.
+
+Labels are bounded by the catalogue (model, endpoint id, provider, tier), the `Outcome` values and
+short fixed reasons. Never a user, key or request id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.config import Catalogue, Endpoint
+from gateway.context import Plan
+from gateway.telemetry.sample import AttemptSample, Outcome
+
+if TYPE_CHECKING:  # dispatch imports record, which imports this module
+    from gateway.dispatch import Served
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+ENDPOINT_LABELS = ("model", "endpoint", "tier")
+
+
+# Neighbouring bounds differ by at most 1.33x from 10 ms to 60 s: histogram_quantile interpolates
+# within one bucket, so a quantile read back is never off by more than that ratio, and 200 ms and
+# 800 ms profiles are seven buckets apart.
+LATENCY_BUCKETS = (
+    0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075,
+    0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75,
+    1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5,
+    10.0, 12.5, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+)
+# End-to-end latency needs less resolution; 1-2-3-5 per decade keeps the series count down.
+DURATION_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0)
+# 5 to 5000 tok/s, neighbours at most 1.5x apart (1.33x above 100 tok/s, where tiers differ).
+TPS_BUCKETS = (
+    5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0,
+    100.0, 125.0, 150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 600.0, 750.0,
+    1000.0, 1250.0, 1500.0, 2000.0, 2500.0, 3000.0, 4000.0, 5000.0,
+)
+ROUTE_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
+TOKEN_KINDS = ("input", "cached_input", "output", "reasoning")
+_SAFE_REASON = re.compile(r"^[a-z0-9_]{1,40}$")
+
+
+def _reason(reason: str) -> str:
+    """Reasons are short fixed words; anything else collapses to one value, so labels stay bounded."""
+    return reason if _SAFE_REASON.match(reason) else "other"
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """The children of one endpoint, bound once: a request then costs no label lookups."""
+
+    requests: Mapping[str, Counter]  # by outcome
+    ttft: Histogram
+    ttfat: Histogram
+    decode: Histogram
+    duration: Histogram
+    tokens: tuple[Counter, Counter, Counter, Counter]  # TOKEN_KINDS order
+    cost: Counter
+
+
+class _ScrapeTime(Collector):
+    """In-flight counts and Redis errors, read from their owners when Prometheus scrapes."""
+
+    def __init__(self, endpoints: tuple[Endpoint, ...], in_flight: Callable[[str], int],
+                 redis_errors: Callable[[], int]) -> None:
+        self._endpoints = endpoints
+        self._in_flight = in_flight
+        self._redis_errors = redis_errors
+        self.extra_redis_errors = 0  # from Metrics.redis_error(): Redis users other than telemetry
+
+    def _families(self) -> tuple[GaugeMetricFamily, CounterMetricFamily]:
+        in_flight = GaugeMetricFamily("ultraroute_endpoint_in_flight",
+                                      "Upstream attempts in flight from this replica.", labels=ENDPOINT_LABELS)
+        errors = CounterMetricFamily("ultraroute_redis_errors", "Failed Redis round trips (flush, refresh).")
+        return in_flight, errors
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        in_flight, errors = self._families()
+        for e in self._endpoints:
+            in_flight.add_metric((e.model, e.id, e.tier.value), self._in_flight(e.key))
+        errors.add_metric((), self._redis_errors() + self.extra_redis_errors)
+        return in_flight, errors
+
+
+def store_redis_errors(store: object) -> Callable[[], int]:
+    """The count a `RedisStore` keeps in `redis_errors`; a `MemoryStore` has none (always 0)."""
+    return lambda: int(getattr(store, "redis_errors", 0))
+
+
+class Metrics:
+    """Every metric of one gateway process, in its own registry. Built by `open_services()`."""
+
+    def __init__(self, catalogue: Catalogue, in_flight: Callable[[str], int],
+                 redis_errors: Callable[[], int]) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        by_endpoint = list(ENDPOINT_LABELS)
+        self._requests = Counter("ultraroute_requests", "Upstream attempts, by how they ended (status = outcome).",
+                                 ["model", "endpoint", "provider", "tier", "status"], registry=r)
+        self._ttft = Histogram("ultraroute_ttft_seconds", "Request sent to the first token of any kind.",
+                               by_endpoint, buckets=LATENCY_BUCKETS, registry=r)
+        self._ttfat = Histogram("ultraroute_time_to_first_answer_token_seconds",
+                                "Request sent to the first non-reasoning token.", by_endpoint,
+                                buckets=LATENCY_BUCKETS, registry=r)
+        self._decode = Histogram("ultraroute_decode_tokens_per_second",
+                                 "Output tokens after the first / time after the first token, per attempt.",
+                                 by_endpoint, buckets=TPS_BUCKETS, registry=r)
+        self._duration = Histogram("ultraroute_request_duration_seconds",
+                                   "Request sent to the last byte, successful attempts.", by_endpoint,
+                                   buckets=DURATION_BUCKETS, registry=r)
+        self._tokens = Counter("ultraroute_tokens", "Tokens by kind (input includes cached_input; output "
+                               "includes reasoning).", [*by_endpoint, "kind"], registry=r)
+        self._cost = Counter("ultraroute_cost_usd", "What the attempts cost, in USD.",
+                             ["model", "endpoint", "provider", "tier"], registry=r)
+        self._fallbacks = Counter("ultraroute_fallbacks", "Requests served by another endpoint than the first "
+                                  "planned, by the first reason.", ["from_tier", "to_tier", "reason"], registry=r)
+        self._retries = Counter("ultraroute_retries", "Second tries at the same endpoint.",
+                                [*by_endpoint, "reason"], registry=r)
+        self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
+                              by_endpoint, registry=r)
+        self._route = Histogram("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
+                                buckets=ROUTE_BUCKETS, registry=r)
+        self._scrape = _ScrapeTime(catalogue.endpoints(), in_flight, redis_errors)
+        r.register(self._scrape)
+        self._tiers = {e.key: e.tier.value for e in catalogue.endpoints()}
+        # Every catalogue series exists from the start at 0, so rate() sees the first increment too.
+        self._series = {e.key: self._bind(e) for e in catalogue.endpoints()}
+
+    def _bind(self, e: Endpoint) -> _Series:
+        labels = (e.model, e.id, e.tier.value)
+        self._circuit.labels(*labels).set(0)
+        return _Series(
+            requests={o.value: self._requests.labels(e.model, e.id, e.provider.name, e.tier.value, o.value)
+                      for o in Outcome},
+            ttft=self._ttft.labels(*labels),
+            ttfat=self._ttfat.labels(*labels),
+            decode=self._decode.labels(*labels),
+            duration=self._duration.labels(*labels),
+            tokens=tuple(self._tokens.labels(*labels, kind) for kind in TOKEN_KINDS),  # type: ignore[arg-type]
+            cost=self._cost.labels(e.model, e.id, e.provider.name, e.tier.value),
+        )
+
+    # -- recording ------------------------------------------------------------------------------
+    def attempt(self, endpoint: Endpoint, sample: AttemptSample) -> None:
+        """One upstream attempt, finished or failed (from `Recorder.record`)."""
+        s = self._series.get(endpoint.key)
+        if s is None:  # not in the catalogue this was built from (tests); bound on first use
+            s = self._series[endpoint.key] = self._bind(endpoint)
+        s.requests[sample.outcome.value].inc()
+        if sample.ttft_s is not None:
+            s.ttft.observe(sample.ttft_s)
+        if sample.ttfat_s is not None:
+            s.ttfat.observe(sample.ttfat_s)
+        if sample.decode_tps is not None:
+            s.decode.observe(sample.decode_tps)
+        if sample.outcome is Outcome.OK:  # a fast failure is not a fast request
+            s.duration.observe(sample.e2e_s)
+        for counter, n in zip(s.tokens, (sample.input_tokens, sample.cached_input_tokens, sample.output_tokens,
+                                         sample.reasoning_tokens), strict=True):
+            if n:
+                counter.inc(n)
+        if sample.cost_usd > 0:
+            s.cost.inc(sample.cost_usd)
+
+    def fallback(self, from_tier: str, to_tier: str, reason: str) -> None:
+        self._fallbacks.labels(from_tier, to_tier, _reason(reason)).inc()
+
+    def retry(self, endpoint: Endpoint, reason: str) -> None:
+        self._retries.labels(endpoint.model, endpoint.id, endpoint.tier.value, _reason(reason)).inc()
+
+    def circuit(self, endpoint: Endpoint, open: bool) -> None:
+        self._circuit.labels(endpoint.model, endpoint.id, endpoint.tier.value).set(1 if open else 0)
+
+    def route_selection(self, seconds: float) -> None:
+        self._route.observe(seconds)
+
+    def redis_error(self) -> None:
+        """A failed Redis call outside the telemetry store (whose own count is read at scrape time)."""
+        self._scrape.extra_redis_errors += 1
+
+    def tier_of(self, endpoint_key: str) -> str:
+        return self._tiers.get(endpoint_key, "unknown")
+
+    # -- exposition -----------------------------------------------------------------------------
+    def exposition(self) -> bytes:
+        """The text `GET /metrics` returns (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+def count_fallback(metrics: Metrics, plan: Plan, served: Served) -> None:
+    """From `_serve`: a request not served by the endpoint it planned on first counts one fallback,
+    from the tier of the first endpoint passed over (spilled, skipped or failed), for its reason."""
+    hops = [(metrics.tier_of(f"{plan.model}/{s.endpoint_id}"), s.reason) for s in plan.spills]
+    hops += [(s.tier, s.reason) for s in served.skips] + [(a.tier, a.reason) for a in served.attempts]
+    if hops:
+        metrics.fallback(hops[0][0], served.stream.endpoint.tier.value, hops[0][1])

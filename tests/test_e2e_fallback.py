@@ -1,0 +1,194 @@
+"""End to end: fallback from the fast tier to standard capacity, retries and circuit breaking.
+
+Each test injects one fault into the simulated fast tier and asserts both what the client got and
+what the simulator saw (attempt counts and their spacing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.harness import GatewayProcess, catalogue_for
+
+USER = [{"role": "user", "content": "Write a unit test."}]
+FAST = {"model": "m", "messages": USER, "speed": "fast"}
+NO_FAULTS = {"error_rate": 0.0, "hang_rate": 0.0, "drop_rate": 0.0, "stall_rate": 0.0, "malformed_rate": 0.0,
+             "error_event_rate": 0.0, "no_done_rate": 0.0, "refuse": False, "error_status": 503}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    profile = {"ttft_ms": 80, "ttft_jitter": 0, "tokens_per_second": 400, "output_tokens": 20}
+    config = make_sim_config({"fast": {**profile, "tokens_per_second": 1000}, "std": dict(profile), "big": {**profile, "context_length": 100000},
+                              "small": {**profile, "context_length": 300}})
+    with SimProcess(config) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
+    catalogue = catalogue_for(sim, {
+        "m": [{"sim": "fast", "id": "fast", "tier": "fast", "first_token_budget_s": 1.0,
+               "slo": {"ttft_ms": 150}},
+              {"sim": "std", "id": "std", "tier": "standard"}],
+        "solo": [{"sim": "fast", "id": "solo"}],
+        # The catalogue believes "small" takes 2000 tokens; the provider says 300 when asked.
+        "ctx": [{"sim": "small", "id": "small", "context_length": 2000},
+                {"sim": "big", "id": "big", "context_length": 100000}],
+    }, gateway={"breaker_failures": 3, "breaker_open_s": 2.0, "stall_timeout_s": 1.5})
+    with GatewayProcess(catalogue) as process:
+        yield process
+
+
+@pytest.fixture(autouse=True)
+def healthy(sim: SimProcess, gateway: GatewayProcess) -> Iterator[None]:
+    sim.patch("fast", faults=NO_FAULTS, ttft_ms=80, retry_after_s=1.0)
+    sim.patch("std", faults=NO_FAULTS)
+    time.sleep(2.2)  # any circuit opened by the previous test is ready for its probe
+    # One good request through the fast tier closes a half-open circuit from the previous test.
+    httpx.post(f"{gateway.base_url}/chat/completions", json=FAST, timeout=10)
+    sim.reset()
+    yield
+
+
+def post(gateway: GatewayProcess, body: dict[str, Any] = FAST) -> httpx.Response:
+    return httpx.post(f"{gateway.base_url}/chat/completions", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("fault", [{"error_rate": 1.0, "error_status": 429}, {"error_rate": 1.0, "error_status": 503},
+                                   {"refuse": True}])
+def test_fast_tier_failure_falls_back_to_standard(gateway: GatewayProcess, sim: SimProcess,
+                                                  fault: dict[str, Any]) -> None:
+    sim.patch("fast", faults=fault)
+    for _ in range(3):
+        r = post(gateway)
+        assert r.status_code == 200
+        assert r.headers["x-ultraroute-endpoint"] == "std" and r.headers["x-ultraroute-tier"] == "standard"
+        assert r.headers["x-ultraroute-fallback"].startswith("fast->std (")
+
+
+def test_hang_is_abandoned_at_the_first_token_budget(gateway: GatewayProcess, sim: SimProcess) -> None:
+    baseline = min(_timed(gateway, {"model": "m", "messages": USER}) for _ in range(3))
+    sim.patch("fast", faults={"hang_rate": 1.0})
+    start = time.perf_counter()
+    r = post(gateway)
+    elapsed = time.perf_counter() - start
+    assert r.status_code == 200 and r.headers["x-ultraroute-fallback"] == "fast->std (timeout)"
+    assert elapsed - baseline <= 1.0 + 0.1  # the budget (1 s) plus 100 ms
+    assert sim.stats("fast")["requests"] == 1  # the silent endpoint is not retried for this request
+
+
+def _timed(gateway: GatewayProcess, body: dict[str, Any]) -> float:
+    start = time.perf_counter()
+    assert post(gateway, body).status_code == 200
+    return time.perf_counter() - start
+
+
+def test_single_500_is_retried_once_then_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"error_rate": 1.0, "error_status": 500})
+    r = post(gateway)
+    assert r.status_code == 200 and r.headers["x-ultraroute-attempts"] == "3"
+    attempts = sim.stats("fast")["attempts"]
+    assert len(attempts) == 2 and attempts[1]["t"] - attempts[0]["t"] < 1.5
+
+
+def test_429_with_short_retry_after_and_no_other_candidate_waits(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", retry_after_s=0.5, capacity=0)  # every request is rate limited, retry-after 0.5 s
+    r = post(gateway, {"model": "solo", "messages": USER})
+    assert r.status_code == 429 and r.headers["x-should-retry"] == "false" and "retry-after" in r.headers
+    attempts = sim.stats("fast")["attempts"]
+    assert len(attempts) == 2  # waited and tried the same endpoint once more, never a third time
+    assert 0.45 <= attempts[1]["t"] - attempts[0]["t"] < 1.5
+    sim.patch("fast", capacity=256)
+
+
+def test_no_fallbacks_passes_the_upstream_error_on(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused")
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model="m", messages=USER,
+                                       extra_body={"speed": "fast", "provider": {"allow_fallbacks": False}})
+    assert info.value.status_code == 503 and info.value.body["type"]
+    assert sim.stats("std")["requests"] == 0
+
+
+def test_breaker_skips_then_half_open_probe_restores(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
+    for _ in range(3):
+        assert post(gateway).status_code == 200
+    tried = sim.stats("fast")["requests"]
+    for _ in range(5):
+        r = post(gateway)
+        assert r.headers["x-ultraroute-fallback"] == "fast->std (circuit_open)"
+    assert sim.stats("fast")["requests"] == tried  # skipped with no attempt while open
+    sim.patch("fast", faults=NO_FAULTS)
+    time.sleep(2.1)
+    r = post(gateway)  # the half-open probe
+    assert r.headers["x-ultraroute-endpoint"] == "fast"
+    assert post(gateway).headers["x-ultraroute-endpoint"] == "fast"
+
+
+def test_slow_fast_tier_is_demoted_for_its_slo(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", ttft_ms=750)  # TTFT 5x its 150 ms SLO, no errors, within its 1 s budget
+    served = []
+    for _ in range(20):
+        r = post(gateway)
+        served.append((r.headers["x-ultraroute-endpoint"], r.headers.get("x-ultraroute-fallback", "")))
+    assert served[-5:] == [("std", "fast->std (slo)")] * 5, served
+
+
+def test_context_length_exceeded_moves_to_a_larger_context(gateway: GatewayProcess, sim: SimProcess) -> None:
+    # ~250 tokens: within what the catalogue claims for "small" (so it is tried), over its real 300.
+    r = post(gateway, {"model": "ctx", "messages": [{"role": "user", "content": "tok " * 320}], "max_tokens": 10,
+                       "provider": {"order": ["small", "big"]}})
+    assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "big"
+    assert sim.stats("small")["requests"] == 1
+
+
+def test_error_event_inside_a_200_stream_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"error_event_rate": 1.0})
+    r = post(gateway)
+    assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
+
+
+def test_malformed_chunk_is_skipped_and_missing_done_is_finished(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"malformed_rate": 1.0, "no_done_rate": 1.0})
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused")
+    chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True,
+                                                 extra_body={"speed": "fast"}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 20 and chunks[-1].choices[0].finish_reason == "stop"
+    with httpx.stream("POST", f"{gateway.base_url}/chat/completions", json={**FAST, "stream": True}) as r:
+        assert r.read().endswith(b"data: [DONE]\n\n")
+
+
+def test_mid_stream_drop_raises_in_the_sdk_without_repeats(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"drop_rate": 1.0, "drop_after_tokens": 8})
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused")
+    seen: list[str] = []
+    with pytest.raises(openai.APIError):
+        for chunk in client.chat.completions.create(model="m", messages=USER, stream=True,
+                                                    extra_body={"speed": "fast", "provider": {"only": ["fast"]}}):
+            if chunk.choices:
+                seen.append(chunk.choices[0].delta.content or "")
+    words = "".join(seen).split()
+    assert 0 < len(words) <= 8 and len(words) == len(set(enumerate(words)))
+
+
+def test_mid_stream_stall_ends_with_an_error_within_the_stall_timeout(gateway: GatewayProcess,
+                                                                        sim: SimProcess) -> None:
+    sim.patch("fast", faults={"stall_rate": 1.0, "drop_after_tokens": 5})
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", timeout=30)
+    start = time.perf_counter()
+    with pytest.raises(openai.APIError, match="stalled"):
+        for _ in client.chat.completions.create(model="m", messages=USER, stream=True,
+                                                extra_body={"speed": "fast", "provider": {"only": ["fast"]}}):
+            pass
+    assert time.perf_counter() - start < 1.5 + 1.0  # stall timeout 1.5 s, plus the TTFT and slack

@@ -1,0 +1,68 @@
+"""The health board: breaker open / half-open / closed, cool-downs, SLO demotion, misconfiguration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.health import BreakerSettings, HealthBoard
+from gateway.telemetry.sample import AttemptSample, Outcome
+from tests.routing.helpers import catalogue, endpoint
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sample(key: str, outcome: Outcome, ttft_s: float = 0.1) -> AttemptSample:
+    return AttemptSample(key, 0.0, outcome, 200, ttft_s if outcome is Outcome.OK else None, None, 100.0, 1.0)
+
+
+def test_breaker_opens_probes_and_closes(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+    clock = Clock()
+    board = HealthBoard(BreakerSettings(failure_threshold=3, open_s=10), clock)
+    for _ in range(3):
+        assert board.blocked(e) is None
+        board.observe(e, sample(e.key, Outcome.SERVER_ERROR))
+    assert board.blocked(e) == "circuit_open"
+    clock.now += 10.5
+    assert board.blocked(e) is None  # the probe
+    assert board.blocked(e) == "circuit_open"  # one probe at a time
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))
+    assert board.blocked(e) == "circuit_open"  # failed probe: open again
+    clock.now += 10.5
+    assert board.blocked(e) is None
+    board.observe(e, sample(e.key, Outcome.OK))
+    assert board.blocked(e) is None and board.blocked(e) is None and not board.is_open(e)
+
+
+def test_cooldown_and_misconfigured(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+    clock = Clock()
+    board = HealthBoard(clock=clock)
+    board.cool_down(e, 2.0)
+    assert board.blocked(e) == "cooldown"
+    clock.now += 2.1
+    assert board.blocked(e) is None
+    board.misconfigured(e, 401)
+    assert board.blocked(e) == "misconfigured"
+
+
+def test_slo_demotes_a_slow_endpoint_and_a_fast_probe_restores_it(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a", "fast", slo={"ttft_ms": 500})]).models["m"][0]
+    clock = Clock()
+    board = HealthBoard(BreakerSettings(open_s=5), clock)
+    for _ in range(5):
+        board.observe(e, sample(e.key, Outcome.OK, ttft_s=0.2))
+    assert board.blocked(e) is None
+    for _ in range(4):
+        board.observe(e, sample(e.key, Outcome.OK, ttft_s=2.5))  # 5x its SLO, no errors
+    assert board.blocked(e) == "slo"
+    clock.now += 5.5
+    assert board.blocked(e) is None
+    board.observe(e, sample(e.key, Outcome.OK, ttft_s=0.2))
+    assert not board.is_open(e)
