@@ -47,8 +47,8 @@ async def open_services(
 ) -> AsyncIterator[Services]:
     replica_id = f"{os.uname().nodename}-{os.getpid()}"
     interval = config.gateway.telemetry_flush_s
-    telemetry = make_store(config.redis_url, replica_id=replica_id, key_prefix=f"{config.gateway.redis_key_prefix}:tel",
-                           flush_interval_s=interval, refresh_interval_s=interval)
+    telemetry = make_store(config.redis_url, replica_id=replica_id,
+                           key_prefix=f"{config.gateway.redis_key_prefix}:tel", flush_interval_s=interval)
     upstreams = Upstreams(config.catalogue.providers, transport_factory)
     settings = RouterSettings(explore_rate=config.gateway.explore_rate,
                               sticky_idle_s=config.gateway.sticky_idle_s)

@@ -26,7 +26,8 @@ NO_FAULTS = {"error_rate": 0.0, "hang_rate": 0.0, "drop_rate": 0.0, "stall_rate"
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimProcess]:
     profile = {"ttft_ms": 80, "ttft_jitter": 0, "tokens_per_second": 400, "output_tokens": 20}
-    config = make_sim_config({"fast": {**profile, "tokens_per_second": 1000}, "std": dict(profile), "big": {**profile, "context_length": 100000},
+    config = make_sim_config({"fast": {**profile, "tokens_per_second": 1000}, "std": dict(profile),
+                              "big": {**profile, "context_length": 100000},
                               "small": {**profile, "context_length": 300}})
     with SimProcess(config) as process:
         yield process

@@ -33,15 +33,13 @@ __all__ = [
 ]
 
 
-def make_store(redis_url: str | None, *, replica_id: str, **options: object) -> TelemetryStore:
+def make_store(redis_url: str | None, *, replica_id: str, key_prefix: str = "ur:tel",
+               flush_interval_s: float = 0.5) -> TelemetryStore:
     """A `RedisStore` when `redis_url` is set (non-empty), else a `MemoryStore`.
 
-    `options` are passed to the chosen class (e.g. `flush_interval_s`, `key_prefix`, `clock`);
-    options only a `RedisStore` understands are ignored for a `MemoryStore`. Call `await
-    store.start()` before use and `await store.stop()` at shutdown.
+    Call `await store.start()` before use and `await store.stop()` at shutdown.
     """
     if redis_url:
-        return RedisStore(redis_url, replica_id=replica_id, **options)  # type: ignore[arg-type]
-    memory_opts = {k: v for k, v in options.items()
-                   if k in ("clock", "bucket_s", "max_window_s", "cache_ttl_s", "ewma_alpha")}
-    return MemoryStore(**memory_opts)  # type: ignore[arg-type]
+        return RedisStore(redis_url, replica_id=replica_id, key_prefix=key_prefix,
+                          flush_interval_s=flush_interval_s, refresh_interval_s=flush_interval_s)
+    return MemoryStore()

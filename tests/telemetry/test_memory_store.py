@@ -123,7 +123,7 @@ def test_to_json_shape(clock: FakeClock, make_sample: SampleFactory) -> None:
 
 
 async def test_make_store_and_protocol() -> None:
-    mem = make_store(None, replica_id="r1", cache_ttl_s=0.1, flush_interval_s=1.0)
+    mem = make_store(None, replica_id="r1", flush_interval_s=1.0)
     assert isinstance(mem, MemoryStore) and isinstance(mem, TelemetryStore)
     await mem.start()
     await mem.stop()
