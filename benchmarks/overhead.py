@@ -1,6 +1,7 @@
 """What the gateway adds: latency and CPU, measured against calling the simulator directly.
 
-Run by hand (not a test): `.venv/bin/python benchmarks/overhead.py [--requests 400]`.
+Run by hand (not a test): `.venv/bin/python benchmarks/overhead.py [--requests 400]`;
+`--recording redis://127.0.0.1:6379/0` instead compares recording off, in memory and through Redis.
 For concurrency 1 and 50 it sends the same requests straight to a simulated endpoint and through the
 gateway, and prints p50/p99 of non-streaming latency and of streaming time to first byte, the
 difference (the gateway's overhead), and the gateway process's CPU time per request. The simulator
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -69,10 +69,37 @@ async def run(url: str, stream: bool, concurrency: int, total: int) -> list[floa
         return out
 
 
+def recording_cost(requests: int, redis_url: str) -> None:
+    """Gateway CPU and latency with recording off, in memory, and shared through Redis."""
+    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
+                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
+    print(f"{'recording':<12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req µs':>12}   (non-streaming, concurrency 8)")
+    with SimProcess(sim_cfg) as sim:
+        results = {}
+        for name, record, env in (("off", False, {}), ("memory", True, {}),
+                                  ("redis", True, {"REDIS_URL": redis_url})):
+            catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]},
+                                      gateway={"record_stats": record, "redis_key_prefix": "bench"})
+            with GatewayProcess(catalogue, env=env) as gw:
+                url = gw.base_url + "/chat/completions"
+                asyncio.run(run(url, False, 8, 100))
+                cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
+                times = asyncio.run(run(url, False, 8, requests))
+                cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (requests + 20)  # type: ignore[union-attr]
+            results[name] = cpu
+            print(f"{name:<12}{pct(times, .5) * 1000:>9.2f}{pct(times, .99) * 1000:>9.2f}{cpu * 1e6:>12.0f}")
+        print(f"Redis recording vs off: {100 * (results['redis'] / results['off'] - 1):+.1f}% CPU per request; "
+              f"vs memory: {100 * (results['redis'] / results['memory'] - 1):+.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--recording", metavar="REDIS_URL", help="compare recording off / memory / Redis")
     args = parser.parse_args()
+    if args.recording:
+        recording_cost(args.requests, args.recording)
+        return
     sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
                                          "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
     with SimProcess(sim_cfg) as sim:
@@ -94,7 +121,7 @@ def main() -> None:
                           f"{(pct(g, .5) - pct(d, .5)) * ms:>9.2f}ms{pct(d, .99) * ms:>10.2f}ms"
                           f"{pct(g, .99) * ms:>8.2f}ms{(pct(g, .99) - pct(d, .99)) * ms:>9.2f}ms"
                           f"{cpu * 1e6:>9.0f} µs")
-            print(f"(mean of direct non-stream at c=1 for scale: {statistics.mean(d) * 1000:.2f} ms)")
+
 
 
 if __name__ == "__main__":

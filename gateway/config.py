@@ -123,6 +123,7 @@ class GatewayFile(_Frozen):
     sticky_idle_s: float = Field(default=600.0, gt=0)  # a conversation's affinity lasts this long idle
     redis_key_prefix: str = Field(default="ur", min_length=1)  # replicas sharing stats share this
     telemetry_flush_s: float = Field(default=0.5, gt=0, le=10)  # Redis flush and refresh interval
+    record_stats: bool = True  # off only to measure what recording costs: routing then has no data
 
 
 class CatalogueFile(_Frozen):

@@ -48,7 +48,8 @@ async def open_services(
     replica_id = f"{os.uname().nodename}-{os.getpid()}"
     interval = config.gateway.telemetry_flush_s
     telemetry = make_store(config.redis_url, replica_id=replica_id,
-                           key_prefix=f"{config.gateway.redis_key_prefix}:tel", flush_interval_s=interval)
+                           key_prefix=f"{config.gateway.redis_key_prefix}:tel", flush_interval_s=interval,
+                           record=config.gateway.record_stats)
     upstreams = Upstreams(config.catalogue.providers, transport_factory)
     settings = RouterSettings(explore_rate=config.gateway.explore_rate,
                               sticky_idle_s=config.gateway.sticky_idle_s)

