@@ -119,9 +119,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         """The plan for a completion body, without calling any upstream: ranked candidates with the
         figures behind them, and every excluded endpoint with the reason."""
         services = services_of(request)
-        _, plan = pipeline.prepare(await request.body(), request, services,
-                                   request.scope["state"]["request_id"])
-        return JSONResponse(plan_json(plan))
+        ctx = pipeline.prepare(await request.body(), request, services, request.scope["state"]["request_id"])
+        assert ctx.plan is not None
+        return JSONResponse(plan_json(ctx.plan))
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:

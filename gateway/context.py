@@ -62,6 +62,7 @@ class Preferences:
     regions: tuple[str, ...] | None = None
     hedge_after_ms: float | None = None
     sticky: bool | None = None  # None: sticky when a session is named or cached input is cheaper
+    mid_stream_recovery: bool = True
 
 
 @dataclass(frozen=True, slots=True)

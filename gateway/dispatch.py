@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -214,6 +214,18 @@ class Dispatcher:
         reasons = ", ".join(f"{s.endpoint_id}: {s.reason}" for s in skips) or "deadline passed"
         raise UpstreamError(f"No endpoint of '{plan.model}' can take requests now ({reasons}).", status=503,
                             retry_after_s=1.0)
+
+    async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str) -> Served:
+        """Continue an answer that broke after `text` on the next candidate that accepts a trailing
+        assistant message as a prefix. One that does not is never sent the prefix: its 400 would hide
+        the real failure. Raises if none can."""
+        candidates = tuple(c for c in plan.candidates if c.endpoint is not broken
+                           and "assistant_prefix" in c.endpoint.capabilities)
+        if not candidates:
+            raise UpstreamError("the stream broke and no endpoint can continue it", status=502)
+        messages = [*request.body["messages"], {"role": "assistant", "content": text, "prefix": True}]
+        continued = replace(request, body={**request.body, "messages": messages})
+        return await self.dispatch(continued, replace(plan, candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *, has_alternatives: bool,
                                 attempts: list[Attempt], budget_s: float) -> tuple[UpstreamStream, float, int]:

@@ -14,7 +14,9 @@ stage are `GatewayError`s, rendered in one place (`app.py`).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -22,13 +24,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message
 
-from gateway.context import ChatRequest, Plan, RequestContext
+from gateway.context import RequestContext
 from gateway.dispatch import Served, outcome_of
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import parse_chat_request
-from gateway.relay import collect, sse_body
+from gateway.relay import UpstreamStream, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
@@ -54,7 +56,7 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
 
 
 def finish(services: Services, served: Served, session_key: str | None, failure: GatewayError | None,
-           cancelled: bool, request_id: str) -> None:
+           cancelled: bool, request_id: str, final: bool = True) -> None:
     """Stage 6 for the attempt that served (and its access log line); failed attempts were recorded
     as they failed."""
     stream = served.stream
@@ -66,23 +68,57 @@ def finish(services: Services, served: Served, session_key: str | None, failure:
         outcome, status = Outcome.OK, 200
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
-    services.access_log.served(request_id, served, sample, status, failure)
+    if final:  # one access-log line per request, for the attempt that ended it
+        services.access_log.served(request_id, served, sample, status, failure)
 
 
-async def _relay_stream(services: Services, served: Served, ctx: RequestContext,
-                        trailer: bytes | None) -> AsyncIterator[bytes]:
+class Serving:
+    """The attempt serving a request now. A stream that breaks mid-way may be continued on another
+    endpoint (`resume`); then the broken attempt is recorded as failed and the new one takes over."""
+
+    def __init__(self, services: Services, ctx: RequestContext, served: Served) -> None:
+        self.services = services
+        self.ctx = ctx
+        self.served = served
+        self.recorded = False
+
+    async def resume(self, broken: UpstreamStream, text: str) -> UpstreamStream | None:
+        assert self.ctx.plan is not None
+        if not self.ctx.preferences.mid_stream_recovery:
+            return None
+        await broken.aclose()
+        try:
+            following = await self.services.dispatcher.resume(self.ctx.request, self.ctx.plan,
+                                                              broken.endpoint, text)
+        except GatewayError:
+            return None  # the broken attempt ends the request; the final close records and logs it
+        await self.close(broken.failure, cancelled=False, final=False)
+        self.served = following
+        self.recorded = False
+        return following.stream
+
+    async def close(self, failure: GatewayError | None, cancelled: bool, final: bool = True) -> None:
+        """Stage 6 for the serving attempt, once. Closing the response drops the upstream connection,
+        so the provider stops generating when the client has gone."""
+        if self.recorded:
+            return
+        self.recorded = True
+        await self.served.stream.aclose()
+        session = self.ctx.plan.session_key if self.ctx.plan else None
+        finish(self.services, self.served, session, failure, cancelled, self.ctx.request.request_id, final)
+
+
+async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterator[bytes]:
     cancelled = True
-    session = ctx.plan.session_key if ctx.plan else None
     try:
-        model = served.stream.endpoint.model
-        async for data in sse_body(served.stream, model, ctx.request.include_usage, trailer):
+        stream = serving.served.stream
+        async for data in sse_body(stream, stream.endpoint.model, serving.ctx.request.include_usage, trailer,
+                                   serving.resume):
             yield data
         cancelled = False
     finally:
-        # Runs when the client disconnects too (Starlette cancels us): closing the response drops the
-        # upstream connection, so the provider stops generating.
-        await served.stream.aclose()
-        finish(services, served, session, served.stream.failure, cancelled, ctx.request.request_id)
+        # Also when the client disconnects: Starlette cancels us.
+        await serving.close(serving.served.stream.failure, cancelled)
 
 
 async def _until_disconnect(receive: Callable[[], Awaitable[Message]]) -> None:
@@ -118,12 +154,12 @@ async def unless_disconnected(work: Coroutine[Any, Any, Response],
         watcher.cancel()
 
 
-async def _collect_json(services: Services, served: Served, session_key: str | None,
-                        request_id: str) -> dict[str, Any]:
+async def _collect_json(serving: Serving) -> dict[str, Any]:
     failure: GatewayError | None = None
     cancelled = False
     try:
-        return await collect(served.stream, served.stream.endpoint.model)
+        stream = serving.served.stream
+        return await collect(stream, stream.endpoint.model, serving.resume)
     except GatewayError as err:
         failure = err
         raise
@@ -131,45 +167,47 @@ async def _collect_json(services: Services, served: Served, session_key: str | N
         cancelled = True
         raise
     finally:
-        await served.stream.aclose()
-        finish(services, served, session_key, failure, cancelled, request_id)
+        await serving.close(failure, cancelled)
 
 
-async def _serve(chat: ChatRequest, plan: Plan, services: Services) -> Response:
+async def _serve(ctx: RequestContext, services: Services) -> Response:
     """Stages 4-6: dispatch, then relay (streaming) or collect (JSON); both end by recording."""
+    chat, plan = ctx.request, ctx.plan
+    assert plan is not None
     served = await services.dispatcher.dispatch(chat, plan)
-    ctx = RequestContext(request=chat, plan=plan, attempts=served.attempts)
+    ctx = replace(ctx, attempts=served.attempts)
     headers = served_headers(ctx, served)
     count_fallback(services.metrics, plan, served)
     endpoint = served.stream.endpoint
     metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
+    serving = Serving(services, ctx, served)
     if chat.stream:
         trailer = None
         if metadata is not None:
             trailer = encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
                                                  "choices": [], "ultraroute": metadata}))
-        return StreamingResponse(
-            _relay_stream(services, served, ctx, trailer),
-            media_type="text/event-stream",
-            headers={**headers, "cache-control": "no-cache"},
-        )
-    completion = await _collect_json(services, served, plan.session_key, chat.request_id)
-    completion["provider"] = endpoint.provider.name  # as OpenRouter reports it
+        return StreamingResponse(_relay_stream(serving, trailer), media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
+    completion = await _collect_json(serving)
+    completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
     if metadata is not None:
         completion["ultraroute"] = metadata
     return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
 
 
-def prepare(raw: bytes, request: Request, services: Services, request_id: str) -> tuple[ChatRequest, Plan]:
+def prepare(raw: bytes, request: Request, services: Services, request_id: str) -> RequestContext:
     """Stages 1-3: parse, resolve preferences, select. Pure, no I/O: also what `/v1/route` shows."""
     chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway.max_body_bytes)
+    started = time.perf_counter()
     prefs = services.resolver(chat, request.headers)
-    return chat, services.router.plan(chat, prefs)
+    plan = services.router.plan(chat, prefs)
+    services.metrics.route_selection(time.perf_counter() - started)
+    return RequestContext(request=chat, preferences=prefs, plan=plan)
 
 
 async def handle(request: Request, services: Services, request_id: str) -> Response:
     """parse -> resolve -> select -> dispatch -> relay -> record."""
-    chat, plan = prepare(await request.body(), request, services, request_id)
+    ctx = prepare(await request.body(), request, services, request_id)
     # Until the response starts, only this watcher notices a client that hangs up; once a stream
     # has started, Starlette's StreamingResponse does the same.
-    return await unless_disconnected(_serve(chat, plan, services), request.receive)
+    return await unless_disconnected(_serve(ctx, services), request.receive)

@@ -75,6 +75,7 @@ class ProviderOptions(_Frozen):
     require_parameters: bool | None = None
     regions: tuple[str, ...] | None = None
     hedge_after_ms: float | None = Field(default=None, gt=0)
+    mid_stream_recovery: bool | None = None  # continue a broken stream elsewhere (default: on)
 
     @field_validator("sort", mode="before")
     @classmethod

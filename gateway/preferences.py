@@ -105,4 +105,5 @@ def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySe
         regions=merged.get("regions"),
         hedge_after_ms=merged.get("hedge_after_ms"),
         sticky=merged.get("sticky"),
+        mid_stream_recovery=merged.get("mid_stream_recovery", True),
     )

@@ -8,15 +8,17 @@ time to first token, time to first answer token, last token, token counts and `u
 Two ways out to the client: `sse_body()` re-emits each batch as SSE as soon as it arrives (no
 buffering; `model` rewritten to the public name; the usage chunk dropped if the client did not ask
 for it), and `collect()` assembles a `chat.completion` for clients that did not stream.
-A failure after the first byte has reached the client ends the stream with an SSE `error` event,
-which the OpenAI SDK raises, never a silent truncation. This stage does not choose endpoints or retry.
+A failure after the first byte has reached the client is either recovered -- a `resume` callback
+continues the answer on another endpoint, given the text so far -- or ends the stream with an SSE
+`error` event, which the OpenAI SDK raises, never a silent truncation. This stage does not choose
+endpoints or retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,13 +170,40 @@ class UpstreamStream:
         await self._response.aclose()
 
 
+Resume = Callable[[UpstreamStream, str], Awaitable["UpstreamStream | None"]]
+
+
+def _answer_text(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or ()
+    return "".join((c.get("delta") or {}).get("content") or "" for c in choices if c.get("index", 0) == 0)
+
+
+async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[dict[str, Any]]]:
+    """The stream's chunks; when it breaks mid-way, continue on another endpoint if `resume` finds one
+    (it is given the answer text so far and returns the continuation's stream), else raise."""
+    delivered: list[str] = []
+    while True:
+        try:
+            async for chunks in stream.batches():
+                delivered += [_answer_text(c) for c in chunks]
+                yield chunks
+            return
+        except GatewayError as err:
+            stream.failure = err
+            follow = await resume(stream, "".join(delivered)) if resume is not None else None
+            if follow is None:
+                raise
+            stream = follow
+
+
 async def sse_body(
-    stream: UpstreamStream, model: str, include_usage: bool, trailer: bytes | None = None
+    stream: UpstreamStream, model: str, include_usage: bool, trailer: bytes | None = None,
+    resume: Resume | None = None,
 ) -> AsyncIterator[bytes]:
     """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer`, an
     extra event such as the gateway's metadata) or with an `error` event."""
     try:
-        async for chunks in stream.batches():
+        async for chunks in _chunks(stream, resume):
             out = []
             for chunk in chunks:
                 if not include_usage and "usage" in chunk:
@@ -187,7 +216,6 @@ async def sse_body(
                 yield b"".join(out)
     except GatewayError as err:
         # Bytes have already reached the client: no failover now, and no fake clean finish either.
-        stream.failure = err
         yield error_event(err)
         return
     yield trailer + DONE_EVENT if trailer else DONE_EVENT
@@ -197,10 +225,10 @@ def error_event(err: GatewayError) -> bytes:
     return encode_event(orjson.dumps({"error": err.error_object()}))
 
 
-async def collect(stream: UpstreamStream, model: str) -> dict[str, Any]:
+async def collect(stream: UpstreamStream, model: str, resume: Resume | None = None) -> dict[str, Any]:
     """Read the whole stream and assemble a `chat.completion`."""
     assembler = CompletionAssembler()
-    async for chunks in stream.batches():
+    async for chunks in _chunks(stream, resume):
         for chunk in chunks:
             assembler.add(chunk)
     return assembler.result(model)

@@ -193,3 +193,36 @@ def test_mid_stream_stall_ends_with_an_error_within_the_stall_timeout(gateway: G
                                                 extra_body={"speed": "fast", "provider": {"only": ["fast"]}}):
             pass
     assert time.perf_counter() - start < 1.5 + 1.0  # stall timeout 1.5 s, plus the TTFT and slack
+
+
+def test_mid_stream_recovery_continues_the_answer_elsewhere() -> None:
+    profile = {"ttft_ms": 50, "ttft_jitter": 0, "tokens_per_second": 500, "output_tokens": 60}
+    config = make_sim_config({"cut": {**profile, "faults": {"drop_rate": 1.0, "drop_after_tokens": 40}},
+                              "prefix": {**profile, "accepts_prefix": True},
+                              "plain": dict(profile)})
+    with SimProcess(config) as sim:
+        catalogue = catalogue_for(sim, {
+            "rec": [{"sim": "cut", "id": "cut"},
+                    {"sim": "prefix", "id": "prefix", "capabilities": ["assistant_prefix"]}],
+            "norec": [{"sim": "cut", "id": "cut"}, {"sim": "plain", "id": "plain"}],
+        })
+        with GatewayProcess(catalogue) as gw:
+            client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0)
+
+            def text(model: str, order: list[str]) -> str:
+                stream = client.chat.completions.create(model=model, messages=USER, stream=True,
+                                                        extra_body={"provider": {"order": order}})
+                return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+            uncut = text("rec", ["prefix"])
+            recovered = text("rec", ["cut", "prefix"])
+            assert recovered == uncut and len(uncut.split()) == 60
+            attempts = sim.stats("prefix")["attempts"]
+            assert attempts[-1]["prefix_tokens"] == 40  # only the rest was generated
+            non_streaming = client.chat.completions.create(model="rec", messages=USER,
+                                                           extra_body={"provider": {"order": ["cut", "prefix"]}})
+            assert non_streaming.choices[0].message.content == uncut
+            before = sim.stats("plain")["requests"]
+            with pytest.raises(openai.APIError):
+                text("norec", ["cut", "plain"])  # no endpoint accepts a prefix: a clear error
+            assert sim.stats("plain")["requests"] == before  # and none was sent one

@@ -134,8 +134,11 @@ def test_soft_threshold(gateway: GatewayProcess) -> None:
 def test_route_explains_without_calling_upstream(gateway: GatewayProcess, sim: SimProcess) -> None:
     before = {name: sim.stats(name)["requests"] for name in ("std", "highspeed", "eu", "cheap")}
     plan = httpx.post(f"{gateway.base_url}/route", json={"model": "flash:nitro", "messages": USER}).json()
-    assert plan["candidates"][0]["id"] == "std" and plan["candidates"][0]["figures"]["source"] == "measured"
-    assert plan["candidates"][0]["figures"]["decode_tps"] > plan["candidates"][1]["figures"]["decode_tps"]
+    first, *rest = plan["candidates"]
+    if "explore" in first["notes"]:  # now and then a stale endpoint is tried first, and says so
+        first, *rest = [c for c in plan["candidates"] if "explore" not in c["notes"]]
+    assert first["id"] == "std" and first["figures"]["source"] == "measured"
+    assert all(first["figures"]["decode_tps"] > c["figures"]["decode_tps"] for c in rest)
     assert {name: sim.stats(name)["requests"] for name in before} == before
     meta = httpx.post(f"{gateway.base_url}/chat/completions", headers={"x-ultraroute-metadata": "enabled"},
                       json={"model": "flash:nitro", "messages": USER}).json()

@@ -152,12 +152,14 @@ class Router:
         eligible, excluded = [], []
         for e in endpoints:
             reason = exclusion_reason(e, shape, prefs)
-            if reason is None and e.tier not in ranks:
+            # An endpoint named by its id in `only` was asked for, whatever its tier.
+            named = prefs.only is not None and (e.id in prefs.only or e.key in prefs.only)
+            if reason is None and e.tier not in ranks and not named:
                 reason = tier_exclusion(e.tier, prefs.speed)
             if reason is None and not prefs.allow_fallbacks and prefs.order and not matches(e, prefs.order):
                 reason = "not in provider.order (allow_fallbacks: false)"
             if reason is None:
-                eligible.append((e, ranks[e.tier]))
+                eligible.append((e, ranks.get(e.tier, 0)))
             else:
                 excluded.append(Exclusion(e.key, reason))
         if len(self._static) > _MAX_CACHE:

@@ -139,7 +139,7 @@ def test_every_metric_the_dashboard_queries_is_exposed(gateway: GatewayProcess) 
 
 
 def test_the_readme_section_names_every_metric() -> None:
-    section = Path(ROOT / "deploy" / "README-section.md").read_text()
+    section = Path(ROOT / "README.md").read_text()
     for family in ("ultraroute_requests_total", "ultraroute_ttft_seconds", "ultraroute_fallbacks_total",
                    "ultraroute_endpoint_in_flight", "ultraroute_redis_errors_total"):
         assert family in section

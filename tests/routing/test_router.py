@@ -142,3 +142,10 @@ def test_sticky_sessions(tmp_path: Path) -> None:
     assert r.plan(request, Preferences()).candidates[0].notes == ("sticky",)
     other = chat(session_id="conv-2")
     assert {r.plan(other, Preferences()).endpoints[0].key for _ in range(50)} == {"m/a/standard", "m/b/standard"}
+
+
+def test_only_naming_an_endpoint_admits_its_tier(tmp_path: Path) -> None:
+    r, _ = router(three(tmp_path))
+    assert first(r, Preferences(only=("ultra/ultrafast",))) == "ultra/ultrafast"
+    with pytest.raises(NoMatchingEndpoint):
+        r.plan(chat(), Preferences(only=("ultra",)))  # a provider name is a filter, not a request for a tier
