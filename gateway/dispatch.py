@@ -178,15 +178,21 @@ class Dispatcher:
         return min(limits.ttft_budget_max_s, max(limits.ttft_budget_min_s,
                                                   limits.ttft_budget_multiplier * ttft.p90 / 1000))
 
-    async def dispatch(self, request: ChatRequest, plan: Plan) -> Served:
-        """Try the plan's candidates in order; return the first that produces a token."""
+    async def dispatch(self, request: ChatRequest, plan: Plan, hedge_after_ms: float | None = None) -> Served:
+        """Try the plan's candidates in order; return the first that produces a token.
+
+        With `hedge_after_ms`, the first attempt that has produced no token by then is joined by one
+        at the next candidate; the first to produce a token serves and the other is cancelled."""
         attempts: list[Attempt] = []
         failures: list[tuple[str, GatewayError]] = []
         skips: list[Skip] = []
         deadline = time.perf_counter() + self.limits.deadline_s
         needs_context: int | None = None  # after context_length_exceeded: only larger windows
+        hedged: set[str] = set()  # candidates already raced as a hedge
         candidates = plan.endpoints
         for i, endpoint in enumerate(candidates):
+            if endpoint.key in hedged:
+                continue
             if needs_context is not None and (endpoint.context_length or 0) <= needs_context:
                 continue
             blocked = self.health.blocked(endpoint)
@@ -196,10 +202,18 @@ class Dispatcher:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 break
+            hedge = None
+            if hedge_after_ms is not None and not attempts and i + 1 < len(candidates):
+                hedge = candidates[i + 1]
             try:
-                stream, started_at, in_flight = await self._attempt_endpoint(
-                    request, endpoint, has_alternatives=i < len(candidates) - 1, attempts=attempts,
-                    budget_s=min(self.first_token_budget(endpoint), remaining))
+                if hedge is None:
+                    stream, started_at, in_flight = await self._attempt_endpoint(
+                        request, endpoint, has_alternatives=i < len(candidates) - 1, attempts=attempts,
+                        budget_s=min(self.first_token_budget(endpoint), remaining))
+                else:
+                    stream, started_at, in_flight = await self._hedge(
+                        request, endpoint, hedge, hedge_after_ms / 1000, attempts, remaining,  # type: ignore[operator]
+                        hedged)
             except GatewayError as err:
                 failures.append((endpoint.id, err))
                 if err.code == "context_length_exceeded":
@@ -214,6 +228,39 @@ class Dispatcher:
         reasons = ", ".join(f"{s.endpoint_id}: {s.reason}" for s in skips) or "deadline passed"
         raise UpstreamError(f"No endpoint of '{plan.model}' can take requests now ({reasons}).", status=503,
                             retry_after_s=1.0)
+
+    async def _hedge(self, request: ChatRequest, first: Endpoint, second: Endpoint, after_s: float,
+                     attempts: list[Attempt], remaining: float, hedged: set[str]) -> tuple[UpstreamStream, float, int]:
+        """Race `first` against `second`, started `after_s` later if `first` has no token by then
+        (and then added to `hedged`, so the plan does not try it again)."""
+
+        def start(endpoint: Endpoint) -> asyncio.Task[tuple[UpstreamStream, float, int]]:
+            budget = min(self.first_token_budget(endpoint), remaining)
+            return asyncio.ensure_future(self._attempt_endpoint(
+                request, endpoint, has_alternatives=True, attempts=attempts, budget_s=budget))
+
+        racing = [start(first)]
+        done, _ = await asyncio.wait(racing, timeout=after_s)
+        if not done and self.health.blocked(second) is None:
+            racing.append(start(second))
+            hedged.add(second.key)
+        try:
+            while racing:
+                done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    racing.remove(task)
+                    if task.exception() is None:
+                        return task.result()
+                    if not racing:
+                        raise task.exception()  # type: ignore[misc]
+            raise AssertionError("unreachable")
+        finally:
+            for task in racing:  # the loser: cancelled, recorded as such, its upstream closed
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, GatewayError):
+                    won = await task
+                    await won[0].aclose()
+                    self.recorder.record(won[0].endpoint, won[0].meter, Outcome.CANCELLED, 200, won[1], won[2])
 
     async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str) -> Served:
         """Continue an answer that broke after `text` on the next candidate that accepts a trailing

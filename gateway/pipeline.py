@@ -174,7 +174,7 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
     """Stages 4-6: dispatch, then relay (streaming) or collect (JSON); both end by recording."""
     chat, plan = ctx.request, ctx.plan
     assert plan is not None
-    served = await services.dispatcher.dispatch(chat, plan)
+    served = await services.dispatcher.dispatch(chat, plan, ctx.preferences.hedge_after_ms)
     ctx = replace(ctx, attempts=served.attempts)
     headers = served_headers(ctx, served)
     count_fallback(services.metrics, plan, served)

@@ -92,6 +92,16 @@ def _timed(gateway: GatewayProcess, body: dict[str, Any]) -> float:
     return time.perf_counter() - start
 
 
+def test_hedging_starts_the_next_endpoint_and_cancels_the_loser(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"hang_rate": 1.0})
+    start = time.perf_counter()
+    r = post(gateway, {**FAST, "provider": {"hedge_after_ms": 200}})
+    elapsed = time.perf_counter() - start
+    assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
+    assert elapsed < 0.8  # hedged at 200 ms, not abandoned at the 1 s first-token budget
+    sim.wait_for("fast", lambda s: s["cancelled"] == 1, timeout=1.0)  # the loser was cancelled
+
+
 def test_single_500_is_retried_once_then_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
     sim.patch("fast", faults={"error_rate": 1.0, "error_status": 500})
     r = post(gateway)
