@@ -39,6 +39,7 @@ class ChatRequest:
     want_metadata: bool = False
     options: ProviderOptions | None = None  # the body's `provider` object
     speed: Speed | None = None  # the body's `speed`, or OpenRouter's fast `service_tier`
+    priority: str = "normal"  # x-ultraroute-priority: high | normal | low (queueing for capacity)
 
 
 @dataclass(frozen=True, slots=True)

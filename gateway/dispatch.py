@@ -156,9 +156,14 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
     return stream
 
 
+class CapacityFull(Exception):
+    """The endpoint is at its `max_concurrency` and its queue is full: spill, do not wait."""
+
+
 class Dispatcher:
     def __init__(self, upstreams: Upstreams, recorder: Recorder, health: HealthBoard, telemetry: TelemetryStore,
                  limits: DispatchLimits, budget: RetryBudget) -> None:
+        self.capacity = recorder.capacity  # acquired here, released by the recorder
         self.upstreams = upstreams
         self.recorder = recorder
         self.health = health
@@ -214,6 +219,9 @@ class Dispatcher:
                     stream, started_at, in_flight = await self._hedge(
                         request, endpoint, hedge, hedge_after_ms / 1000, attempts, remaining,  # type: ignore[operator]
                         hedged)
+            except CapacityFull:
+                skips.append(Skip(endpoint.id, endpoint.tier.value, "capacity"))
+                continue
             except GatewayError as err:
                 failures.append((endpoint.id, err))
                 if err.code == "context_length_exceeded":
@@ -281,6 +289,8 @@ class Dispatcher:
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
         async for attempt in retry_attempts(endpoint.key, has_alternatives, self.budget, on_retry):
             with attempt:
+                if not await self.capacity.acquire(endpoint, request.priority):
+                    raise CapacityFull()
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
                 meter = Meter(t_sent=time.perf_counter())

@@ -118,6 +118,9 @@ def parse_chat_request(
     if session is not None and not isinstance(session, str):
         raise InvalidRequest("'session_id' must be a string.", param="session_id")
 
+    priority = headers.get("x-ultraroute-priority", "normal")
+    if priority not in ("high", "normal", "low"):
+        raise InvalidRequest("x-ultraroute-priority must be one of high, normal, low.", param="x-ultraroute-priority")
     stream = bool(body.get("stream"))
     stream_options = body.get("stream_options") or {}
     return ChatRequest(
@@ -132,4 +135,5 @@ def parse_chat_request(
         want_metadata=headers.get("x-ultraroute-metadata", "").lower() == "enabled",
         options=options,
         speed=speed,
+        priority=priority,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from gateway.capacity import Capacity
 from gateway.config import Endpoint
 from gateway.health import HealthBoard
 from gateway.metrics import Metrics
@@ -40,11 +41,12 @@ class Recorder:
     always come in pairs."""
 
     def __init__(self, telemetry: TelemetryStore, router: Router, health: HealthBoard,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, capacity: Capacity | None = None) -> None:
         self.telemetry = telemetry
         self.router = router
         self.health = health
         self.metrics = metrics
+        self.capacity = capacity or Capacity()  # the dispatcher acquires, every record() releases
 
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
@@ -63,6 +65,7 @@ class Recorder:
         sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start)
         self.telemetry.record(sample)
         self.telemetry.end(endpoint.key)
+        self.capacity.release(endpoint)
         self.router.observe(sample, session_key)
         self.health.observe(endpoint, sample)
         if self.metrics is not None:

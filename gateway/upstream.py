@@ -8,6 +8,7 @@ Tests replace the network by passing an `httpx.AsyncBaseTransport` (e.g. `httpx.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 
 import httpx
@@ -17,13 +18,18 @@ from gateway.config import Endpoint, Provider
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
 
 
-def _client_for(provider: Provider, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+# httpcore's pool scans all its connections for every request waiting on it, so one pool of
+# hundreds of connections costs O(n^2) CPU under load; many small pools, used in turn, do not.
+CONNECTIONS_PER_POOL = 32
+
+
+def _client_for(provider: Provider, transport: httpx.AsyncBaseTransport | None, shards: int) -> httpx.AsyncClient:
     headers = {"content-type": "application/json", "accept": "text/event-stream", **provider.headers}
     if provider.api_key is not None:
         headers["authorization"] = f"Bearer {provider.api_key.get_secret_value()}"
     limits = httpx.Limits(
-        max_connections=provider.max_connections,
-        max_keepalive_connections=provider.max_keepalive_connections,
+        max_connections=max(1, provider.max_connections // shards),
+        max_keepalive_connections=max(1, provider.max_keepalive_connections // shards),
         keepalive_expiry=30.0,
     )
     # read=None: how long a provider may think is decided per attempt by the dispatcher's budgets.
@@ -41,31 +47,38 @@ def _client_for(provider: Provider, transport: httpx.AsyncBaseTransport | None) 
 
 
 class Upstreams:
-    """Pooled clients, one per provider, created at start and closed at shutdown."""
+    """Pooled clients per provider (a few small pools, used in turn), created at start and closed at
+    shutdown."""
 
     def __init__(
         self, providers: Mapping[str, Provider], transport_factory: TransportFactory | None = None
     ) -> None:
-        self._clients = {
-            name: _client_for(p, transport_factory(p) if transport_factory else None)
-            for name, p in providers.items()
-        }
+        self._clients: dict[str, list[httpx.AsyncClient]] = {}
+        for name, p in providers.items():
+            shards = max(1, -(-p.max_connections // CONNECTIONS_PER_POOL))
+            transport = transport_factory(p) if transport_factory else None
+            self._clients[name] = [_client_for(p, transport, shards) for _ in range(shards)]
+        self._turn = itertools.count()
 
     async def open(self, endpoint: Endpoint, body: bytes) -> httpx.Response:
         """Send the request; return as soon as the status line and headers have arrived."""
-        client = self._clients[endpoint.provider.name]
+        clients = self._clients[endpoint.provider.name]
+        client = clients[next(self._turn) % len(clients)]
         request = client.build_request("POST", "/chat/completions", content=body)
         return await client.send(request, stream=True)
 
     def pool_stats(self) -> dict[str, int]:
         """Connections per provider currently checked out of their pools (idle ones not counted)."""
         out: dict[str, int] = {}
-        for name, client in self._clients.items():
-            pool = getattr(client._transport, "_pool", None)
-            conns = getattr(pool, "connections", []) if pool is not None else []
-            out[name] = sum(1 for c in conns if not c.is_idle())
+        for name, clients in self._clients.items():
+            busy = 0
+            for client in clients:
+                pool = getattr(client._transport, "_pool", None)
+                busy += sum(1 for c in getattr(pool, "connections", []) if not c.is_idle())
+            out[name] = busy
         return out
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
+        for clients in self._clients.values():
+            for client in clients:
+                await client.aclose()

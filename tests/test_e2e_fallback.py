@@ -6,6 +6,7 @@ what the simulator saw (attempt counts and their spacing).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
+from tests.test_e2e_routing import burst
 
 USER = [{"role": "user", "content": "Write a unit test."}]
 FAST = {"model": "m", "messages": USER, "speed": "fast"}
@@ -40,6 +42,8 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
                "slo": {"ttft_ms": 150}},
               {"sim": "std", "id": "std", "tier": "standard"}],
         "solo": [{"sim": "fast", "id": "solo"}],
+        "cap": [{"sim": "fast", "id": "capfast", "tier": "fast", "max_concurrency": 2},
+                {"sim": "std", "id": "capstd"}],
         # The catalogue believes "small" takes 2000 tokens; the provider says 300 when asked.
         "ctx": [{"sim": "small", "id": "small", "context_length": 2000},
                 {"sim": "big", "id": "big", "context_length": 100000}],
@@ -100,6 +104,16 @@ def test_hedging_starts_the_next_endpoint_and_cancels_the_loser(gateway: Gateway
     assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
     assert elapsed < 0.8  # hedged at 200 ms, not abandoned at the 1 s first-token budget
     sim.wait_for("fast", lambda s: s["cancelled"] == 1, timeout=1.0)  # the loser was cancelled
+
+
+def test_capacity_queue_then_spill_to_the_next_candidate(gateway: GatewayProcess) -> None:
+    body = {"model": "cap", "messages": USER, "speed": "fast"}
+    responses = asyncio.run(burst(gateway.base_url, [body] * 14, 14))
+    assert all(r.status_code == 200 for r in responses)
+    by = [r.headers["x-ultraroute-endpoint"] for r in responses]
+    spilled = [r.headers.get("x-ultraroute-fallback") for r in responses
+               if r.headers["x-ultraroute-endpoint"] == "capstd"]
+    assert by.count("capfast") >= 2 and spilled and all(s == "capfast->capstd (capacity)" for s in spilled), by
 
 
 def test_single_500_is_retried_once_then_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
