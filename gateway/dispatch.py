@@ -95,6 +95,34 @@ def outcome_of(err: GatewayError) -> Outcome:
     return Outcome.CLIENT_ERROR
 
 
+def _duration_s(text: str) -> float | None:
+    """OpenAI's reset format ("1s", "6m0s", "250ms") or plain seconds."""
+    total, number = 0.0, ""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            return None
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    return total + float(number) if number else total
+
+
+def _rate_limit_exhausted(headers: httpx.Headers) -> float | None:
+    """Seconds until a provider's rate limit resets, when it says none is left (`x-ratelimit-*`)."""
+    for kind in ("requests", "tokens"):
+        if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
+            return _duration_s(headers.get(f"x-ratelimit-reset-{kind}", "1s")) or 1.0
+    return None
+
+
 def _retry_after(headers: httpx.Headers) -> float | None:
     value = headers.get("retry-after")
     if value is None:
@@ -148,6 +176,7 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
     if response.status_code != 200:
         raise await _error_from_response(response)
     stream = UpstreamStream(endpoint, response, meter, stall_s)
+    stream.exhausted_for_s = _rate_limit_exhausted(response.headers)
     try:
         await stream.open_gate(max(0.0, deadline - time.perf_counter()))
     except BaseException:
@@ -304,6 +333,8 @@ class Dispatcher:
                     # The client went away (cancellation) while we waited: still pair begin() with end().
                     self.recorder.record(endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
                     raise
+                if stream.exhausted_for_s is not None:
+                    self.health.cool_down(endpoint, stream.exhausted_for_s)  # served, but the next must wait
                 return stream, started_at, in_flight
         raise AssertionError("unreachable: tenacity re-raises the last failure")
 

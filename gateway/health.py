@@ -12,8 +12,8 @@ recent TTFT (EWMA over its last few requests) is above its catalogue `slo.ttft_m
 rate is below `slo.decode_tps`, is demoted like an open circuit; the probe after `open_s` is judged
 against the SLO too.
 
-State is local to this process; nothing here does I/O. (Sharing it between replicas through Redis
-is left to a later change; see the issue notes.)
+Nothing here does I/O. With Redis, `health_share.HealthSharing` copies what this board notes
+(opened, demoted, cooling down, closed) to other replicas and back, in the background.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class HealthBoard:
         self._clock = clock
         self._states: dict[str, _State] = {}
         self.on_change: Callable[[Endpoint, bool], None] | None = None  # (endpoint, circuit open)
+        # endpoint key -> (reason or None when closed, wall-clock end): for other replicas to learn
+        self._changes: dict[str, tuple[str | None, float]] = {}
 
     def _state(self, key: str) -> _State:
         state = self._states.get(key)
@@ -121,6 +123,7 @@ class HealthBoard:
         state = self._state(endpoint.key)
         seconds = min(max(seconds, 0.0), self.settings.max_cooldown_s)
         state.cooldown_until = max(state.cooldown_until, self._clock() + seconds)
+        self._changes[endpoint.key] = ("cooldown", time.time() + seconds)
 
     def misconfigured(self, endpoint: Endpoint, status: int) -> None:
         state = self._state(endpoint.key)
@@ -129,6 +132,29 @@ class HealthBoard:
             log.error("provider %s rejected the gateway's credentials (HTTP %d); endpoint %s disabled",
                       endpoint.provider.name, status, endpoint.key)
         state.misconfigured = True
+
+    # -- sharing with other replicas (see health_share.py) --------------------------------------
+    def take_changes(self) -> dict[str, tuple[str | None, float]]:
+        changes, self._changes = self._changes, {}
+        return changes
+
+    def restore_changes(self, changes: dict[str, tuple[str | None, float]]) -> None:
+        self._changes = {**changes, **self._changes}
+
+    def apply_remote(self, endpoint: Endpoint, reason: str, until_wall: float) -> None:
+        """Another replica found this endpoint broken (or rate limited) until `until_wall`."""
+        remaining = until_wall - time.time()
+        if remaining <= 0:
+            return
+        state = self._state(endpoint.key)
+        until = self._clock() + remaining
+        if reason == "cooldown":
+            state.cooldown_until = max(state.cooldown_until, until)
+        elif until > state.open_until and not state.probing:
+            first = not state.open_until
+            state.open_until, state.open_reason = until, reason
+            if first and self.on_change is not None:
+                self.on_change(endpoint, True)
 
     # -- internals -----------------------------------------------------------------------------
     def _trips(self, state: _State) -> bool:
@@ -165,6 +191,7 @@ class HealthBoard:
         state.open_reason = reason
         state.ewma_ttft_ms = state.ewma_tps = None  # the probe is judged on its own figures
         state.slo_samples = 0
+        self._changes[endpoint.key] = (reason, time.time() + self.settings.open_s)
         if first:
             log.warning("endpoint %s demoted (%s) for %.0f s", endpoint.key, reason, self.settings.open_s)
             if self.on_change is not None:
@@ -177,6 +204,7 @@ class HealthBoard:
         state.recent.clear()
         state.ewma_ttft_ms = state.ewma_tps = None
         state.slo_samples = 0
+        self._changes[endpoint.key] = (None, 0.0)
         log.warning("endpoint %s restored", endpoint.key)
         if self.on_change is not None:
             self.on_change(endpoint, False)

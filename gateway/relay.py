@@ -85,6 +85,7 @@ class UpstreamStream:
         self._pending: list[dict[str, Any]] = []
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
+        self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
 
     async def _read(self, timeout_s: float) -> list[dict[str, Any]] | None:
         """One network read, parsed and metered; None at the end of the stream."""

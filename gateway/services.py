@@ -16,6 +16,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.health import BreakerSettings, HealthBoard
+from gateway.health_share import HealthSharing
 from gateway.metrics import Metrics, store_redis_errors
 from gateway.preferences import Resolver
 from gateway.record import Recorder
@@ -66,6 +67,10 @@ async def open_services(
     dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget))
     dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
     access_log = AccessLog()
+    sharing = None
+    if config.redis_url:
+        sharing = HealthSharing(health, config.catalogue.endpoints(), config.redis_url, gw.redis_key_prefix)
+        await sharing.start()
     await telemetry.start()
     access_log.start()
     try:
@@ -84,5 +89,7 @@ async def open_services(
         )
     finally:
         access_log.stop()
+        if sharing is not None:
+            await sharing.stop()
         await upstreams.aclose()
         await telemetry.stop()

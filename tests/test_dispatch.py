@@ -176,3 +176,13 @@ async def test_first_token_budget(catalogue: Catalogue) -> None:
     silent = lambda req: httpx.Response(200, stream=Silent())  # noqa: E731
     served, _, _, _ = await run(catalogue, {"a": silent, "b": stream_response(OK_STREAM)}, budget_s=0.2)
     assert served.attempts[0].outcome is Outcome.TIMEOUT and served.attempts[0].duration_s < 0.5
+
+
+def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
+    from gateway.dispatch import _duration_s, _rate_limit_exhausted
+
+    assert _duration_s("6m0s") == 360 and _duration_s("250ms") == 0.25 and _duration_s("2") == 2
+    assert _duration_s("soon") is None
+    headers = httpx.Headers({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
+    assert _rate_limit_exhausted(headers) == 1.5
+    assert _rate_limit_exhausted(httpx.Headers({"x-ratelimit-remaining-requests": "7"})) is None

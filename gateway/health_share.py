@@ -1,0 +1,86 @@
+"""Sharing endpoint health between replicas through Redis, in the background.
+
+When this replica opens a circuit, demotes an endpoint for its SLO, or is told by a 429 to cool
+down, `HealthBoard` notes it; every `interval_s` this task writes those notes to Redis (one key per
+endpoint, expiring when the state does) and reads every endpoint's key back, so each replica skips
+what any replica found broken. A closed circuit deletes its key. The request path never waits on
+Redis: it reads the board, which this task updates. Redis down: logged once, state stays local, and
+sharing resumes when it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.config import Endpoint
+from gateway.health import HealthBoard
+
+log = logging.getLogger("ultraroute.health")
+
+
+class HealthSharing:
+    def __init__(self, board: HealthBoard, endpoints: tuple[Endpoint, ...], redis_url: str, prefix: str,
+                 interval_s: float = 0.25) -> None:
+        self.board = board
+        self.endpoints = {e.key: e for e in endpoints}
+        self.prefix = f"{prefix}:health"
+        self.interval_s = interval_s
+        self.redis_errors = 0
+        self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._task: asyncio.Task[None] | None = None
+        self._down = False
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._redis.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sync()
+                if self._down:
+                    log.warning("health sharing: Redis reachable again")
+                self._down = False
+            except (RedisError, OSError) as exc:
+                self.redis_errors += 1
+                if not self._down:
+                    log.warning("health sharing: Redis unreachable (%s); endpoint health stays local",
+                                type(exc).__name__)
+                self._down = True
+            await asyncio.sleep(self.interval_s)
+
+    async def sync(self) -> None:
+        """One round trip: write this replica's changes, read everyone's."""
+        changes = self.board.take_changes()
+        keys = list(self.endpoints)
+        pipe = self._redis.pipeline(transaction=False)
+        now = time.time()
+        for key, (reason, until) in changes.items():
+            if reason is None:
+                pipe.delete(f"{self.prefix}:{key}")
+            elif until > now:
+                pipe.set(f"{self.prefix}:{key}", orjson.dumps({"reason": reason, "until": until}),
+                         px=max(1, int((until - now) * 1000)))
+        pipe.mget([f"{self.prefix}:{k}" for k in keys])
+        try:
+            replies = await pipe.execute()
+        except BaseException:
+            self.board.restore_changes(changes)  # try again next round
+            raise
+        for key, raw in zip(keys, replies[-1], strict=True):
+            if raw is not None:
+                note = orjson.loads(raw)
+                self.board.apply_remote(self.endpoints[key], str(note["reason"]), float(note["until"]))
