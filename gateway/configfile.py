@@ -6,10 +6,12 @@ Shared by the catalogue (`config`) and the named policies (`policy`). It knows n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(Exception):
@@ -70,3 +72,12 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError(f"{path.name}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+
+
+def load_model(path: Path, model: type[M]) -> M:
+    """Read `path` as YAML into a pydantic `model`; any problem is a ConfigError naming file and key."""
+    data = read_yaml(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(path.name, err)) from None

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.bench.targets import BenchConfigError
+from gateway.configfile import ConfigError, load_model
 
 BUNDLED = Path(__file__).with_name("prompts.yaml")
 
@@ -54,15 +54,9 @@ def load_prompts(path: Path | None = None) -> tuple[Prompt, ...]:
     """The prompts of `path`, or the bundled ones; raises BenchConfigError naming the file."""
     path = path or BUNDLED
     try:
-        parsed = _File.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except OSError as err:
-        raise BenchConfigError(f"{path}: cannot read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise BenchConfigError(f"{path}: invalid YAML: {err}") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BenchConfigError(f"{path}: {where}: {first['msg']}") from None
+        parsed = load_model(path, _File)
+    except ConfigError as err:
+        raise BenchConfigError(str(err)) from None
     ids = [e.id for e in parsed.prompts]
     if len(set(ids)) != len(ids):
         raise BenchConfigError(f"{path}: prompt ids must be unique")

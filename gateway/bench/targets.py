@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.bench.cost import Pricing
+from gateway.configfile import ConfigError, load_model
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SPEEDS = ("standard", "fast", "ultrafast")
@@ -180,21 +180,14 @@ def parse_price_specs(prices: Sequence[str], hourly: Sequence[str]) -> dict[str,
 
 def load_targets_file(path: Path) -> tuple[TargetsFile, list[TargetDraft]]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        parsed = TargetsFile.model_validate(data)
-    except OSError as err:
-        raise BenchConfigError(f"{path}: cannot read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise BenchConfigError(f"{path}: invalid YAML: {err}") from None
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BenchConfigError(f"{path}: {where}: {first['msg']}") from None
+        parsed = load_model(path, TargetsFile)
+    except ConfigError as err:
+        raise BenchConfigError(str(err)) from None
     drafts = []
     for entry in parsed.targets:
         pricing = None
         if entry.price is not None and entry.hourly_cost is not None:
-            raise BenchConfigError(f"{path}: targets.{entry.name}: set price or hourly_cost, not both")
+            raise BenchConfigError(f"{path.name}: targets.{entry.name}: set price or hourly_cost, not both")
         if entry.price is not None:
             pricing = Pricing(input=entry.price.input, output=entry.price.output, source=path.name)
         elif entry.hourly_cost is not None:
