@@ -177,6 +177,14 @@ def test_context_length_exceeded_moves_to_a_larger_context(gateway: GatewayProce
     assert sim.stats("small")["requests"] == 1
 
 
+def test_client_error_returns_at_once_with_the_providers_reason(gateway: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("fast", faults={"error_rate": 1.0, "error_status": 400})
+    r = post(gateway)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Simulated upstream error 400"  # passed on unchanged
+    assert sim.stats("fast")["requests"] == 1 and sim.stats("std")["requests"] == 0  # no retry, no failover
+
+
 def test_error_event_inside_a_200_stream_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
     sim.patch("fast", faults={"error_event_rate": 1.0})
     r = post(gateway)
