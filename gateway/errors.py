@@ -5,11 +5,12 @@
     │   └── PayloadTooLarge           413     invalid_request_error   no
     ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
     ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
-    └── UpstreamError                 (the provider's status)         by status: 408/429/5xx yes
-        ├── UpstreamTimeout           504     timeout                 yes
-        ├── UpstreamUnreachable       502     api_error               yes
-        └── UpstreamMisconfigured     502     api_error               no   (the provider refused our key)
-    AllCandidatesFailed: every endpoint of the plan failed; renders as the last failure, carries them all
+    ├── UpstreamError                 (the provider's status)         by status: 408/429/5xx yes
+    │   ├── UpstreamTimeout           504     timeout                 yes
+    │   ├── UpstreamUnreachable       502     api_error               yes
+    │   ├── UpstreamMisconfigured     502     api_error               no   (the provider refused our key)
+    │   └── StreamBroken (relay.py)   502/504 after the first token: ends or resumes the stream
+    └── AllCandidatesFailed           (the last failure's)  every candidate failed; carries them all
 
 Every error knows its HTTP status, OpenAI `type` and `code`, the offending `param`, whether another
 attempt could succeed, and a bounded metric label. `error_body()` renders any of them; nothing else
