@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -11,11 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.harness import ensure_binary, free_port
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -25,17 +20,6 @@ def _reachable(host: str, port: int) -> bool:
             return s.recv(16).startswith(b"+PONG")
     except OSError:
         return False
-
-
-def _ensure_redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    subprocess.run(["apt-get", "update", "-qq"], check=False)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True)
-    found = shutil.which("redis-server")
-    assert found, "redis-server could not be installed"
-    return found
 
 
 class PrivateRedis:
@@ -51,7 +35,7 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = _ensure_redis_server_binary()
+        binary = ensure_binary("redis-server", "redis-server")
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir],

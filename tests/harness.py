@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +21,19 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def ensure_binary(program: str, package: str) -> str:
+    """The path of `program`, installing Debian's `package` first if it is missing (CI's fresh machine)."""
+    found = shutil.which(program)
+    if found:
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env=env)
+    found = shutil.which(program)
+    assert found, f"{package} could not be installed"
+    return found
 
 
 def free_port() -> int:

@@ -1,7 +1,6 @@
 """Real Prometheus and headless Chromium for the observability tests (Debian's packages).
 
-`ensure_binary()` installs a Debian package when its program is missing (the test machine has no
-other way to get it). `PrometheusServer` runs a private `prometheus` (never the system service the
+`PrometheusServer` runs a private `prometheus` (never the system service the
 package may have started) scraping given targets every second, and queries its HTTP API.
 `chromium()` runs one headless Chromium command against a URL.
 """
@@ -19,18 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.harness import free_port
-
-
-def ensure_binary(program: str, package: str) -> str:
-    found = shutil.which(program)
-    if found:
-        return found
-    subprocess.run(["apt-get", "update", "-qq"], check=False)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True)
-    found = shutil.which(program)
-    assert found, f"{package} could not be installed"
-    return found
+from tests.harness import ensure_binary, free_port
 
 
 class PrometheusServer:
