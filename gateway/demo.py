@@ -18,6 +18,7 @@ import httpx
 SIM_CONFIG = Path("sim.demo.yaml")
 CATALOGUE = Path("providers.demo.yaml")
 SIM_ADMIN = "http://127.0.0.1:9100/admin/health"
+LOG = Path("demo.log")  # the gateway's JSON access log: one line per request, kept off the console
 
 
 def _wait_until_up(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float = 20.0) -> None:
@@ -65,6 +66,9 @@ Python (the official openai SDK, unchanged):
   for chunk in stream:
       print(chunk.choices[0].delta.content or "", end="")
 
+Live stats: .venv/bin/ultraroute stats    Dashboard: {base_url[:-3]}/dashboard
+Access log (one JSON line per request): {LOG}
+
 Press Ctrl-C to stop.
 """
 
@@ -85,7 +89,9 @@ def run_demo(port: int = 8080, warmup: bool = True) -> int:
     gateway = None
     try:
         _wait_until_up(SIM_ADMIN, sim, "the simulator")
-        gateway = subprocess.Popen([*cmd, "serve", "--config", str(CATALOGUE), "--port", str(port)])
+        with LOG.open("ab") as log:
+            gateway = subprocess.Popen([*cmd, "serve", "--config", str(CATALOGUE), "--port", str(port)],
+                                       stdout=log)
         _wait_until_up(f"http://127.0.0.1:{port}/healthz", gateway, "the gateway")
         if warmup:
             print(f"warm-up: {_warm_up(base_url)} requests served")
