@@ -67,17 +67,6 @@ class Upstreams:
         request = client.build_request("POST", "/chat/completions", content=body)
         return await client.send(request, stream=True)
 
-    def pool_stats(self) -> dict[str, int]:
-        """Connections per provider currently checked out of their pools (idle ones not counted)."""
-        out: dict[str, int] = {}
-        for name, clients in self._clients.items():
-            busy = 0
-            for client in clients:
-                pool = getattr(client._transport, "_pool", None)
-                busy += sum(1 for c in getattr(pool, "connections", []) if not c.is_idle())
-            out[name] = busy
-        return out
-
     async def aclose(self) -> None:
         for clients in self._clients.values():
             for client in clients:

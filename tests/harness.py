@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,33 @@ def ensure_binary(program: str, package: str) -> str:
     found = shutil.which(program)
     assert found, f"{package} could not be installed"
     return found
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float, what: str,
+               log: Callable[[], str], poll_s: float = 0.05) -> None:
+    """Wait until `url` answers 200; fail with the process's log if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log()}")
+        try:
+            if httpx.get(url, timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start: {log()}")
+        time.sleep(poll_s)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def free_port() -> int:
@@ -100,26 +128,11 @@ class GatewayProcess:
         args += ["--policies", str(self.policies) if self.policies else ""]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=log)
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gateway did not start: {self.log_path.read_text()[-2000:]}")
-            time.sleep(0.05)
+        wait_ready(self.proc, f"{self.url}/healthz", 20, "gateway", lambda: self.log_path.read_text()[-2000:])
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate(self.proc)
         self.proc = None
 
     def logs(self) -> str:

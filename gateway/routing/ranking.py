@@ -71,7 +71,7 @@ def spill_premium(candidates: list[Candidate]) -> tuple[list[Candidate], list[Sp
     return out, spills
 
 
-_THROUGHPUT_PERCENTILE = {"p50": "p50", "p75": "p25", "p90": "p25", "p99": "p25"}
+_THROUGHPUT_PERCENTILE = {"p75": "p25", "p90": "p25", "p99": "p25"}
 
 
 def _misses(threshold: PercentileThreshold | None, stats: EndpointStats | None, figures: Figures,
@@ -86,9 +86,9 @@ def _misses(threshold: PercentileThreshold | None, stats: EndpointStats | None, 
         if throughput:
             # "p90 >= X" reads "90% of requests get at least X": a low percentile of the rate
             # (the sketch keeps p25 as its lowest, used for p75 and above).
-            value = getattr(dist, _THROUGHPUT_PERCENTILE[name]) if dist else figures.decode_tps
-            if name == "p50":
-                value = figures.decode_tps  # the load-aware prediction, not yesterday's median
+            # p50 is the load-aware prediction, not yesterday's median.
+            use_prediction = name == "p50" or not dist
+            value = figures.decode_tps if use_prediction else getattr(dist, _THROUGHPUT_PERCENTILE[name])
             if value is not None and value < limit:
                 return True
         else:

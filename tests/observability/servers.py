@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.harness import ensure_binary, free_port
+from tests.harness import ensure_binary, free_port, terminate, wait_ready
 
 
 class PrometheusServer:
@@ -41,26 +41,11 @@ class PrometheusServer:
             [binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus not ready: {self.log()}")
-            time.sleep(0.1)
+        wait_ready(self.proc, f"{self.url}/-/ready", 30, "prometheus", self.log, poll_s=0.1)
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate(self.proc)
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
