@@ -224,7 +224,7 @@ async def measure(sim: SimProcess, name: str, n: int) -> list[tuple[float, float
 
 
 async def test_ttft_and_decode_rate_match_profile(sim: SimProcess) -> None:
-    fast, slow = await asyncio.gather(measure(sim, "fast", 5), measure(sim, "slow", 5))
+    fast, slow = await asyncio.gather(measure(sim, "fast", 9), measure(sim, "slow", 9))
     for samples, ttft, rate in ((fast, 0.2, 400.0), (slow, 0.8, 70.0)):
         median_ttft = statistics.median(s[0] for s in samples)
         median_rate = statistics.median(s[1] for s in samples)
