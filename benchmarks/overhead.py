@@ -1,7 +1,8 @@
 """What the gateway adds: latency and CPU, measured against calling the simulator directly.
 
 Run by hand (not a test): `.venv/bin/python benchmarks/overhead.py [--requests 400]`;
-`--recording redis://127.0.0.1:6379/0` instead compares recording off, in memory and through Redis.
+`--recording redis://127.0.0.1:6379/0` instead compares recording off, in memory and through Redis;
+`--access` compares open mode with a client key whose limits and budget are all checked.
 For concurrency 1 and 50 it sends the same requests straight to a simulated endpoint and through the
 gateway, and prints p50/p99 of non-streaming latency and of streaming time to first byte, the
 difference (the gateway's overhead), and the gateway process's CPU time per request. The simulator
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,9 +55,10 @@ async def one(client: httpx.AsyncClient, url: str, stream: bool) -> float:
     return time.perf_counter() - start
 
 
-async def run(url: str, stream: bool, concurrency: int, total: int) -> list[float]:
+async def run(url: str, stream: bool, concurrency: int, total: int, key: str | None = None) -> list[float]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(limits=limits, timeout=30, headers=headers) as client:
         for _ in range(min(20, total)):  # warm the pools
             await one(client, url, stream)
         out: list[float] = []
@@ -92,11 +95,44 @@ def recording_cost(requests: int, redis_url: str) -> None:
               f"vs memory: {100 * (results['redis'] / results['memory'] - 1):+.1f}%")
 
 
+def access_cost(requests: int, rounds: int = 3) -> None:
+    """Gateway CPU and latency open (no keys) versus with a client key whose every limit is checked:
+    the cost of stage 0 (authenticate, authorize, admit, charge). Rounds alternate to share the noise."""
+    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
+                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
+    print(f"{'access':<12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req µs':>12}   (non-streaming, concurrency 8)")
+    with SimProcess(sim_cfg) as sim:
+        catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]})
+        keyed = GatewayProcess(catalogue, open_access=False)
+        key = keyed.create_key("--models", "bench", "--rpm", "10000000", "--tpm", "10000000000",
+                               "--budget", "1000000")
+        results: dict[str, list[tuple[float, float, float]]] = {"open": [], "key": []}
+        with GatewayProcess(catalogue) as opened, keyed:
+            for _ in range(rounds):
+                for name, gw, secret in (("open", opened, None), ("key", keyed, key)):
+                    url = gw.base_url + "/chat/completions"
+                    asyncio.run(run(url, False, 8, 50, secret))
+                    cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
+                    times = asyncio.run(run(url, False, 8, requests, secret))
+                    cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (requests + 20)  # type: ignore[union-attr]
+                    results[name].append((pct(times, .5), pct(times, .99), cpu))
+        for name, rows in results.items():
+            p50, p99, cpu = (statistics.median(r[i] for r in rows) for i in range(3))
+            print(f"{name:<12}{p50 * 1000:>9.2f}{p99 * 1000:>9.2f}{cpu * 1e6:>12.0f}")
+        cpu_open, cpu_key = (statistics.median(r[2] for r in results[n]) for n in ("open", "key"))
+        print(f"client keys vs open: {(cpu_key - cpu_open) * 1e6:+.0f} µs CPU per request "
+              f"({100 * (cpu_key / cpu_open - 1):+.1f}%), medians of {rounds} alternating rounds")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--recording", metavar="REDIS_URL", help="compare recording off / memory / Redis")
+    parser.add_argument("--access", action="store_true", help="compare open mode / a client key with limits")
     args = parser.parse_args()
+    if args.access:
+        access_cost(args.requests)
+        return
     if args.recording:
         recording_cost(args.requests, args.recording)
         return

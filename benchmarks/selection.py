@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.config import load_catalogue
+from gateway.config import GatewayFile, load_catalogue
 from gateway.parse import parse_chat_request
 from gateway.policy import PolicySet
 from gateway.preferences import Resolver
@@ -66,7 +66,7 @@ def main() -> None:
     print(f"{'preferences':<28}{'p50 µs':>9}{'mean µs':>9}  (resolve + plan, {N_ENDPOINTS} endpoints)")
     for name, extra in cases.items():
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
-        request = parse_chat_request(orjson.dumps(body), {}, "r", 1 << 20)
+        request = parse_chat_request(orjson.dumps(body), {}, "r", GatewayFile())
         times = []
         deadline = time.perf_counter() + 2.0
         while time.perf_counter() < deadline:

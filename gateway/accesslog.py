@@ -72,8 +72,9 @@ class AccessLog:
 
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
-               failure: BaseException | None) -> None:
-        """The request an endpoint served (fully, or until it broke (`failure`) or the client left)."""
+               failure: BaseException | None, key_id: str | None = None) -> None:
+        """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
+        `key_id`: the client key's id (never its secret), None in open mode."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -82,6 +83,7 @@ class AccessLog:
         self._emit({
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "request_id": request_id,
+            "key": key_id,
             "model": endpoint.model,
             "endpoint": endpoint.id,
             "provider": endpoint.provider.name,

@@ -12,13 +12,17 @@ import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import pipeline
+from gateway.access.admin import admin_router
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
@@ -26,6 +30,8 @@ from gateway.endpoint_view import endpoint_json
 from gateway.errors import GatewayError, InvalidRequest, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gateway.parse import read_body
+from gateway.schemas import CHAT_REQUEST_SCHEMA, ChatCompletion, error_responses
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
 
@@ -65,6 +71,18 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+def chat_openapi(config: Config) -> dict[str, Any]:
+    """The completion route's request body and security in the OpenAPI document, with this
+    catalogue's model names as examples."""
+    models = list(config.catalogue.models)
+    schema = {**CHAT_REQUEST_SCHEMA, "properties": {**CHAT_REQUEST_SCHEMA["properties"],
+                                                    "model": {"type": "string", "minLength": 1, "examples": models}}}
+    example = {"model": models[0] if models else "model", "max_tokens": 16,
+               "messages": [{"role": "user", "content": "Hello"}]}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema, "example": example}}},
+            "security": [{"bearer": []}]}
+
+
 def render_error(err: GatewayError) -> Response:
     return Response(error_body(err), status_code=err.status, media_type="application/json",
                     headers=err.headers())
@@ -79,6 +97,10 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             if missing:
                 log.warning("providers without a key (their endpoints are unavailable): %s",
                             ", ".join(sorted(missing)))
+            if config.open_access:
+                log.warning("OPEN MODE: no client keys are checked; anyone who can reach this port can spend "
+                            "on the providers' accounts. Create keys with `ultraroute keys create` and start "
+                            "without --open / ULTRAROUTE_OPEN.")
             yield
 
     app = FastAPI(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -99,7 +121,19 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         err = GatewayError(str(exc.detail), code="not_found" if exc.status_code == 404 else None)
         err.status = exc.status_code
         err.type = "invalid_request_error"
-        return render_error(err)
+        response = render_error(err)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names the methods of one route; the path may have several
+            methods = {m for r in request.app.routes if isinstance(r, APIRoute) and r.path_regex.match(request.url.path)
+                       for m in r.methods}
+            response.headers["allow"] = ", ".join(sorted(methods))
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"][1:]) or None
+        return render_error(InvalidRequest(f"'{path}': {first['msg']}.", param=path))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -110,7 +144,12 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             services_of(request).access_log.failed(str(request_id), err)
         return render_error(err)
 
-    @app.post("/v1/chat/completions")
+    app.include_router(admin_router(config.catalogue, config.policies))
+
+    @app.post("/v1/chat/completions", response_model=None, openapi_extra=chat_openapi(config), responses={
+        200: {"model": ChatCompletion, "content": {"text/event-stream": {}},
+              "description": "The completion; with `stream: true`, server-sent chunks"},
+        **error_responses(400, 401, 403, 404, 413, 429, 499, 502, 503, 504)})
     async def chat_completions(request: Request) -> Response:
         return await pipeline.handle(request, services_of(request), request.scope["state"]["request_id"])
 
@@ -119,18 +158,24 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         """The plan for a completion body, without calling any upstream: ranked candidates with the
         figures behind them, and every excluded endpoint with the reason."""
         services = services_of(request)
-        ctx = pipeline.prepare(await request.body(), request, services, request.scope["state"]["request_id"])
+        client = await services.access.authenticate(request.headers)
+        raw = await read_body(request, services.config.gateway.max_body_bytes)
+        ctx = pipeline.prepare(raw, request, services, request.scope["state"]["request_id"], client)
         assert ctx.plan is not None
         return JSONResponse(plan_json(ctx.plan))
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
-        catalogue = services_of(request).config.catalogue
+        """The models this key may use (every model in open mode)."""
+        services = services_of(request)
+        client = await services.access.authenticate(request.headers)
+        catalogue = services.config.catalogue
+        allowed = None if client is None or client.models is None else services.access.allowed_models(client)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "ultraroute",
              "aliases": [a for a, m in catalogue.aliases.items() if m == name],
              "endpoints": [e.id for e in endpoints]}
-            for name, endpoints in catalogue.models.items()
+            for name, endpoints in catalogue.models.items() if allowed is None or name in allowed
         ]
         return JSONResponse({"object": "list", "data": data})
 

@@ -1,4 +1,4 @@
-"""The `ultraroute` command: serve, simulate, check, policies, stats, demo.
+"""The `ultraroute` command: serve, keys, simulate, check, policies, stats, demo, bench.
 
 Argument parsing only; each subcommand calls into the module that does the work.
 """
@@ -15,9 +15,15 @@ from gateway.config import ConfigError, load_catalogue, load_config
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.access.command import refuse_without_keys
     from gateway.app import create_app
 
-    config = load_config(Path(args.config), Path(args.policies) if args.policies else None)
+    config = load_config(Path(args.config), Path(args.policies) if args.policies else None,
+                         open_access=args.open)
+    refusal = refuse_without_keys(config, args.config)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
     app = create_app(config)
     uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools",
                 access_log=False, log_level=args.log_level, lifespan="on")
@@ -64,6 +70,13 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(port=args.port, warmup=not args.no_warmup)
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from gateway.access.command import run
+
+    config = load_config(Path(args.config), Path(args.policies) if args.policies else None)
+    return run(config, args)
+
+
 def _bench(args: argparse.Namespace) -> int:
     from gateway.bench.command import run
 
@@ -80,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--open", action="store_true",
+                       help="serve without client keys (anyone who can reach the port may spend); "
+                       "also ULTRAROUTE_OPEN=1")
     serve.set_defaults(func=_serve)
 
     simulate = sub.add_parser("simulate", help="run simulated OpenAI-compatible providers")
@@ -104,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--port", type=int, default=8080)
     demo.add_argument("--no-warmup", action="store_true")
     demo.set_defaults(func=_demo)
+
+    from gateway.access.command import add_arguments as add_keys_arguments
+
+    keys = sub.add_parser("keys", help="create, list and revoke client API keys; read their spend")
+    add_keys_arguments(keys)
+    keys.set_defaults(func=_keys)
 
     from gateway.bench.options import add_arguments as add_bench_arguments
 

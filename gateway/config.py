@@ -109,6 +109,8 @@ class GatewayFile(_Frozen):
     """Optional `gateway:` section: limits of the server itself."""
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(default=64, ge=2)  # nesting of the request body; real ones use < 10
+    max_messages: int = Field(default=4096, ge=1)  # entries of `messages` in one request
     # First-token budget per attempt: `ttft_budget_multiplier` x the endpoint's live p90 TTFT, kept
     # within [min, max]; `max` when it has no samples. An endpoint's `first_token_budget_s` fixes it.
     ttft_budget_multiplier: float = Field(default=3.0, gt=0)
@@ -124,6 +126,9 @@ class GatewayFile(_Frozen):
     redis_key_prefix: str = Field(default="ur", min_length=1)  # replicas sharing stats share this
     telemetry_flush_s: float = Field(default=0.5, gt=0, le=10)  # Redis flush and refresh interval
     record_stats: bool = True  # off only to measure what recording costs: routing then has no data
+    keys_file: str = Field(default="keys.json", min_length=1)  # client keys without Redis; beside this file
+    keys_refresh_s: float = Field(default=1.0, gt=0, le=60)  # how soon a key change reaches every replica
+    limits_sync_s: float = Field(default=0.25, gt=0, le=10)  # how often replicas share usage for limits
 
 
 class CatalogueFile(_Frozen):
@@ -199,6 +204,14 @@ class Config:
     gateway: GatewayFile = field(default_factory=GatewayFile)
     redis_url: str | None = None
     source: str = "providers.yaml"
+    open_access: bool = False  # no client keys: only with `serve --open` or ULTRAROUTE_OPEN=1
+    admin_key: SecretStr | None = None  # ULTRAROUTE_ADMIN_KEY: unset, the admin API is off
+    keys_file: Path = Path("keys.json")
+
+    @property
+    def spend_file(self) -> Path:
+        """Without Redis, client keys' spend is kept here, beside the keys."""
+        return self.keys_file.with_name(f"{self.keys_file.stem}.spend.json")
 
 
 def parse_catalogue(data: Any, source: str) -> CatalogueFile:
@@ -283,19 +296,33 @@ def load_catalogue(path: Path, env: Mapping[str, str] | None = None) -> tuple[Ca
     return build_catalogue(file, path.name, env), file.gateway
 
 
+MIN_ADMIN_KEY_CHARS = 24
+
+
 def load_config(
     catalogue_path: Path,
     policies_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    open_access: bool = False,
 ) -> Config:
-    """Load the catalogue, the named policies and the environment's settings, once, at start."""
+    """Load the catalogue, the named policies and the environment's settings, once, at start.
+
+    Environment: provider keys (by the names the catalogue gives), `REDIS_URL`, `ULTRAROUTE_OPEN=1`
+    (same as `open_access`), `ULTRAROUTE_ADMIN_KEY`."""
     env = os.environ if env is None else env
     catalogue, gateway = load_catalogue(catalogue_path, env)
     policies = load_policies(policies_dir) if policies_dir is not None else PolicySet.builtin()
+    admin_key = env.get("ULTRAROUTE_ADMIN_KEY") or None
+    if admin_key is not None and len(admin_key) < MIN_ADMIN_KEY_CHARS:
+        raise ConfigError(f"ULTRAROUTE_ADMIN_KEY: must be at least {MIN_ADMIN_KEY_CHARS} characters "
+                          "(e.g. `openssl rand -hex 24`)")
     return Config(
         catalogue=catalogue,
         policies=policies,
         gateway=gateway,
         redis_url=env.get("REDIS_URL") or None,
         source=catalogue_path.name,
+        open_access=open_access or env.get("ULTRAROUTE_OPEN", "").lower() in ("1", "true", "yes"),
+        admin_key=SecretStr(admin_key) if admin_key else None,
+        keys_file=catalogue_path.parent / gateway.keys_file,
     )

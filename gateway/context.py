@@ -1,5 +1,6 @@
 """The typed, frozen values that pass between the stages of a request.
 
+    ApiKey        who is asking (admit; access/keys.py), None in open mode
     ChatRequest   what the client asked for (parse)
     Preferences   how to route it, after precedence is applied (resolve)
     Plan          the ordered candidates, and why others were left out (select)
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.access.keys import ApiKey
 from gateway.config import Endpoint
 from gateway.policy import PercentileThreshold, ProviderOptions, Sort, Speed
 from gateway.routing.figures import Figures
@@ -120,6 +122,8 @@ class Attempt:
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     request: ChatRequest
+    client: ApiKey | None = None
+    limit_headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-* for the client's key
     preferences: Preferences = field(default_factory=Preferences)
     plan: Plan | None = None
     attempts: tuple[Attempt, ...] = ()

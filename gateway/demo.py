@@ -90,7 +90,8 @@ def run_demo(port: int = 8080, warmup: bool = True) -> int:
     try:
         _wait_until_up(SIM_ADMIN, sim, "the simulator")
         with LOG.open("ab") as log:
-            gateway = subprocess.Popen([*cmd, "serve", "--config", str(CATALOGUE), "--port", str(port)],
+            gateway = subprocess.Popen([*cmd, "serve", "--config", str(CATALOGUE), "--port", str(port),
+                                        "--open"],
                                        stdout=log)
         _wait_until_up(f"http://127.0.0.1:{port}/healthz", gateway, "the gateway")
         if warmup:

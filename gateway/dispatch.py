@@ -41,7 +41,7 @@ from gateway.retry import RetryBudget
 from gateway.retry import attempts as retry_attempts
 from gateway.telemetry.sample import Outcome
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream import Upstreams
+from gateway.upstream import Upstreams, redact
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -133,7 +133,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
         return None
 
 
-async def _error_from_response(response: httpx.Response) -> UpstreamError:
+async def _error_from_response(response: httpx.Response, endpoint: Endpoint) -> UpstreamError:
     raw = b""
     try:
         async for part in response.aiter_raw():
@@ -148,7 +148,7 @@ async def _error_from_response(response: httpx.Response) -> UpstreamError:
     error: Any = None
     with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
         error = orjson.loads(raw).get("error")
-    body = error if isinstance(error, dict) else None
+    body = redact(error, endpoint.provider) if isinstance(error, dict) else None
     message = str(body.get("message")) if body and body.get("message") else f"upstream returned HTTP {status}"
     if status in (401, 403):
         # Our key is wrong or lacks access: that endpoint is misconfigured; the provider's text may
@@ -174,7 +174,7 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
         # Reset or closed before a response: worth one more try, unlike a refused connection.
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
-        raise await _error_from_response(response)
+        raise await _error_from_response(response, endpoint)
     stream = UpstreamStream(endpoint, response, meter, stall_s)
     stream.exhausted_for_s = _rate_limit_exhausted(response.headers)
     try:

@@ -3,8 +3,14 @@
     GatewayError                      status  type                    retryable
     ├── InvalidRequest                400     invalid_request_error   no
     │   └── PayloadTooLarge           413     invalid_request_error   no
+    ├── AuthenticationFailed          401     invalid_request_error   no   (missing_api_key, invalid_api_key)
+    ├── PermissionDenied              403     invalid_request_error   no   (model_not_allowed, ...)
+    ├── RateLimited                   429     requests | tokens       yes  (rate_limit_exceeded, retry-after)
+    │   └── BudgetExceeded            429     insufficient_quota      no   (budget_exceeded)
+    ├── ServiceUnavailable            503     api_error               yes  (the key store cannot be reached)
     ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
     ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
+    ├── KeyNotFound                   404     invalid_request_error   no   (admin API: code key_not_found)
     ├── UpstreamError                 (the provider's status)         by status: 408/429/5xx yes
     │   ├── UpstreamTimeout           504     timeout                 yes
     │   ├── UpstreamUnreachable       502     api_error               yes
@@ -15,11 +21,13 @@
 Every error knows its HTTP status, OpenAI `type` and `code`, the offending `param`, whether another
 attempt could succeed, and a bounded metric label. `error_body()` renders any of them; nothing else
 builds an error response. Messages never contain a provider key: upstream bodies are passed on as
-the provider wrote them, and the provider never sees its own key echoed back by us.
+the provider wrote them except for its key, which `upstream.redact()` takes out first (some providers
+quote it), and a 401/403's text is dropped altogether.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -62,14 +70,73 @@ class PayloadTooLarge(InvalidRequest):
     metric_label = "payload_too_large"
 
 
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+    metric_label = "unauthenticated"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "www-authenticate": 'Bearer realm="ultraroute"'}
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+    metric_label = "forbidden"
+
+
+class RateLimited(GatewayError):
+    """A client key is over its requests or tokens per minute. Unlike the gateway's other errors,
+    the SDK may retry this one: after `retry-after` the window has room again."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    retryable = True
+    metric_label = "client_rate_limited"
+
+    def __init__(self, message: str, *, limit_kind: str, retry_after_s: float,
+                 limit_headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.type = limit_kind  # OpenAI's own: "requests" or "tokens"
+        self.retry_after_s = retry_after_s
+        self.limit_headers = limit_headers or {}
+
+    def headers(self) -> dict[str, str]:
+        return {**self.limit_headers, "retry-after": str(max(1, math.ceil(self.retry_after_s))),
+                "x-should-retry": "true"}
+
+
+class BudgetExceeded(RateLimited):
+    """The key's spend budget for the period is used up; retrying before the period ends is useless."""
+
+    code = "budget_exceeded"
+    retryable = False
+    metric_label = "budget_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message, limit_kind="insufficient_quota", retry_after_s=retry_after_s)
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    code = "service_unavailable"
+    retryable = True
+    metric_label = "unavailable"
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
     code = "model_not_found"
     metric_label = "model_not_found"
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"The model '{model}' does not exist or is not served here.", param="model")
+    def __init__(self, model: str, detail: str = "") -> None:
+        super().__init__(f"The model '{model}' does not exist or is not served here.{detail}", param="model")
 
 
 class NoMatchingEndpoint(GatewayError):
@@ -79,8 +146,18 @@ class NoMatchingEndpoint(GatewayError):
     metric_label = "no_matching_endpoint"
 
 
+class KeyNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "key_not_found"
+    metric_label = "key_not_found"
+
+    def __init__(self) -> None:
+        super().__init__("No API key has this id.", param="key_id")
+
+
 class UpstreamError(GatewayError):
-    """The provider answered with an error. Its body's error object is passed on unchanged."""
+    """The provider answered with an error. Its body's error object is passed on (key redacted)."""
 
     type = "api_error"
     metric_label = "upstream_error"

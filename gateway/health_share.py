@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from gateway.config import Endpoint
 from gateway.health import HealthBoard
+from gateway.outage import Outage
 
 log = logging.getLogger("ultraroute.health")
 
@@ -32,10 +33,9 @@ class HealthSharing:
         self.endpoints = {e.key: e for e in endpoints}
         self.prefix = f"{prefix}:health"
         self.interval_s = interval_s
-        self.redis_errors = 0
+        self.outage = Outage(log, "health sharing", "endpoint health stays local")
         self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
         self._task: asyncio.Task[None] | None = None
-        self._down = False
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -51,15 +51,9 @@ class HealthSharing:
         while True:
             try:
                 await self.sync()
-                if self._down:
-                    log.warning("health sharing: Redis reachable again")
-                self._down = False
+                self.outage.ok()
             except (RedisError, OSError) as exc:
-                self.redis_errors += 1
-                if not self._down:
-                    log.warning("health sharing: Redis unreachable (%s); endpoint health stays local",
-                                type(exc).__name__)
-                self._down = True
+                self.outage.failed(exc)
             await asyncio.sleep(self.interval_s)
 
     async def sync(self) -> None:

@@ -1,5 +1,8 @@
 """Stage 1, parse: request bytes and headers -> a `ChatRequest`, or a 400/413 naming the bad param.
 
+The body is read under a size cap (`read_body`), then bounded in nesting depth and message count, so
+that a hostile request costs little memory and CPU before it is refused.
+
 Only the fields the gateway acts on are checked; everything else in the body passes through to the
 provider untouched, as a drop-in `base_url` must. The gateway's own body fields (`provider`, `speed`,
 `models`, `session_id`, OpenRouter's `route`/`transforms`/`usage`) are validated strictly and removed
@@ -13,7 +16,9 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
+from starlette.requests import Request
 
+from gateway.config import GatewayFile
 from gateway.configfile import clean_loc
 from gateway.context import ChatRequest
 from gateway.errors import InvalidRequest, PayloadTooLarge
@@ -23,26 +28,93 @@ from gateway.policy import ProviderOptions, Speed
 GATEWAY_FIELDS = frozenset({"provider", "speed", "models", "session_id", "route", "transforms", "usage"})
 # OpenRouter's service_tier values that mean "the fast tier"; others ("auto", "flex", ...) pass through.
 FAST_SERVICE_TIERS = frozenset({"priority", "fast"})
+# The request headers the gateway reads. Any other `x-ultraroute-*` header is refused, not ignored:
+# a misspelt option that silently does nothing routes the request in a way the client did not ask for.
+HEADER_PREFIX = "x-ultraroute-"
+KNOWN_HEADERS = frozenset({"x-ultraroute-policy", "x-ultraroute-speed", "x-ultraroute-priority",
+                           "x-ultraroute-metadata"})
+USAGE_FIELDS = frozenset({"include"})
 
 
-def parse_json_body(raw: bytes, max_bytes: int) -> dict[str, Any]:
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"Request body is {len(raw)} bytes; the limit is {max_bytes}.")
+def _too_large(size: str, max_bytes: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Request body is {size} bytes; the limit is {max_bytes}.")
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, never buffering more than `max_bytes`: refused up front when the declared
+    `content-length` is over, else as soon as the chunks read pass it (a chunked upload declares no
+    length). What the client sends after that is discarded by the server, not held."""
+    declared = request.headers.get("content-length")
+    # The HTTP parser has already refused a malformed content-length; digits are all that is left.
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(declared[:32], max_bytes)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > max_bytes:
+            raise _too_large(f"more than {max_bytes}", max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _check_depth(body: dict[str, Any], max_depth: int) -> None:
+    """Refuse a body nested deeper than `max_depth` (the body object itself is level 1).
+
+    Level by level rather than recursively, so a hostile body cannot exhaust the Python stack, and
+    only containers are visited further: a typical chat body has four levels and a few dozen values."""
+    level: list[Any] = [body]
+    depth = 1
+    while True:
+        deeper: list[Any] = []
+        for container in level:
+            for value in container.values() if type(container) is dict else container:
+                if type(value) is dict or type(value) is list:  # orjson makes exactly these types
+                    deeper.append(value)
+        if not deeper:
+            return
+        depth += 1
+        if depth > max_depth:
+            raise InvalidRequest(f"Request body is nested deeper than the limit of {max_depth} levels.",
+                                 code="json_too_deep")
+        level = deeper
+
+
+def parse_json_body(raw: bytes, limits: GatewayFile) -> dict[str, Any]:
+    if len(raw) > limits.max_body_bytes:
+        raise _too_large(str(len(raw)), limits.max_body_bytes)
     if not raw:
         raise InvalidRequest("Request body is empty; expected a JSON object.", code="invalid_json")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        # orjson stops at its own depth limit (1024); the gateway's limit is lower and named.
+        if "depth" in str(exc) or "recursion" in str(exc):
+            raise InvalidRequest(f"Request body is nested deeper than the limit of {limits.max_json_depth} "
+                                 "levels.", code="json_too_deep") from None
         raise InvalidRequest(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
+    _check_depth(body, limits.max_json_depth)
     return body
 
 
-def _check_messages(messages: Any) -> int:
+def _check_headers(headers: Mapping[str, str]) -> None:
+    # Prefix first: on the hot path most headers are not ours, and this is a few µs for ten of them.
+    ours = (n.lower() for n in headers if n[:len(HEADER_PREFIX)].lower() == HEADER_PREFIX)
+    unknown = sorted({n[:64] for n in ours if n not in KNOWN_HEADERS})
+    if unknown:
+        raise InvalidRequest(f"Unknown header(s) {', '.join(unknown)}. Known: {', '.join(sorted(KNOWN_HEADERS))}.",
+                             param=unknown[0], code="unknown_header")
+
+
+def _check_messages(messages: Any, max_messages: int) -> int:
     """Validate the shape of `messages`; return the number of content characters."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array.", param="messages")
+    if len(messages) > max_messages:
+        raise InvalidRequest(f"'messages' has {len(messages)} entries; the limit is {max_messages}.",
+                             param="messages", code="too_many_messages")
     chars = 0
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -53,7 +125,8 @@ def _check_messages(messages: Any) -> int:
         if isinstance(content, str):
             chars += len(content)
         elif isinstance(content, list):
-            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+            # A non-string `text` is the provider's to refuse; here it must not become a TypeError (500).
+            chars += sum(len(t) for p in content if isinstance(p, dict) and isinstance(t := p.get("text"), str))
     return chars
 
 
@@ -72,35 +145,76 @@ def _provider_options(raw: Any) -> ProviderOptions | None:
     try:
         return ProviderOptions.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        path = ".".join(str(p) for p in clean_loc(first["loc"]))
-        kind = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise InvalidRequest(f"'provider.{path}': {kind}.", param=f"provider.{path}") from None
+        errors = err.errors()
+        paths = ["provider." + ".".join(str(p)[:64] for p in clean_loc(e["loc"])) for e in errors]
+        unknown = [path for path, e in zip(paths, errors, strict=True) if e["type"] == "extra_forbidden"]
+        if unknown:  # all of them at once, so that a client fixes its request in one go
+            raise InvalidRequest(f"'provider': unknown field(s) {', '.join(unknown)}.", param=unknown[0]) from None
+        raise InvalidRequest(f"'{paths[0]}': {errors[0]['msg']}.", param=paths[0]) from None
+
+
+def _check_openrouter_fields(body: Mapping[str, Any]) -> None:
+    """OpenRouter's `route`, `transforms` and `usage`: accepted for compatibility, never forwarded,
+    so held to their documented shapes rather than let anything through."""
+    route = body.get("route")
+    if route is not None and route != "fallback":
+        raise InvalidRequest("'route' must be \"fallback\".", param="route")
+    transforms = body.get("transforms")
+    if transforms is not None and (not isinstance(transforms, list)
+                                   or not all(isinstance(t, str) for t in transforms)):
+        raise InvalidRequest("'transforms' must be an array of strings.", param="transforms")
+    usage = body.get("usage")
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise InvalidRequest("'usage' must be an object.", param="usage")
+    unknown = sorted(f"usage.{k[:64]}" for k in usage if k not in USAGE_FIELDS)
+    if unknown:
+        raise InvalidRequest(f"'usage': unknown field(s) {', '.join(unknown)}; known: usage.include.",
+                             param=unknown[0])
+    if not isinstance(usage.get("include", False), bool):
+        raise InvalidRequest("'usage.include' must be a boolean.", param="usage.include")
+
+
+def _session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+    session_id = body.get("session_id")
+    if session_id is not None and not isinstance(session_id, str):
+        raise InvalidRequest("'session_id' must be a string.", param="session_id")
+    cache_key = body.get("prompt_cache_key")
+    if cache_key is not None and not isinstance(cache_key, str):
+        raise InvalidRequest("'prompt_cache_key' must be a string.", param="prompt_cache_key")
+    return session_id or headers.get("x-session-id") or cache_key or None
 
 
 def parse_chat_request(
-    raw: bytes, headers: Mapping[str, str], request_id: str, max_bytes: int
+    raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile
 ) -> ChatRequest:
-    """Parse and validate the body; headers only supply the session key and the metadata switch."""
-    body = parse_json_body(raw, max_bytes)
+    """Parse and validate the body within `limits` (the `gateway:` section); headers only supply the
+    session key, the priority and the metadata switch."""
+    _check_headers(headers)
+    body = parse_json_body(raw, limits)
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("'model' is required and must be a non-empty string.", param="model")
-    prompt_chars = _check_messages(body.get("messages"))
+    prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
     _check_optional(body, "stream", bool, "a boolean")
     _check_optional(body, "stream_options", dict, "an object")
     for name in ("max_tokens", "max_completion_tokens", "n"):
+        value = body.get(name)
+        if type(value) is float and value.is_integer():
+            body[name] = int(value)  # 16.0 is an integer to JSON Schema; providers may not agree
         _check_optional(body, name, int, "an integer")
         if isinstance(body.get(name), int) and body[name] < 1:
             raise InvalidRequest(f"'{name}' must be >= 1.", param=name)
 
     options = _provider_options(body.get("provider"))
+    _check_openrouter_fields(body)
     speed_raw = body.get("speed")
     speed: Speed | None = None
     if speed_raw is not None:
         try:
-            speed = Speed(speed_raw)
+            speed = Speed(speed_raw)  # only one of the three strings; any other JSON value is a ValueError
         except ValueError:
             raise InvalidRequest("'speed' must be one of standard, fast, ultrafast.", param="speed") from None
     service_tier = body.get("service_tier")
@@ -114,9 +228,7 @@ def parse_chat_request(
         not isinstance(fallback, list) or not all(isinstance(m, str) and m for m in fallback)
     ):
         raise InvalidRequest("'models' must be an array of model names.", param="models")
-    session = body.get("session_id") or headers.get("x-session-id") or body.get("prompt_cache_key")
-    if session is not None and not isinstance(session, str):
-        raise InvalidRequest("'session_id' must be a string.", param="session_id")
+    session = _session_key(body, headers)
 
     priority = headers.get("x-ultraroute-priority", "normal")
     if priority not in ("high", "normal", "low"):

@@ -1,11 +1,13 @@
 """The path of one chat completion, stage by stage. Start reading here.
 
+    0. admit      API key -> its record (401); model allowed (403); limits and budget (429)
+                                                                      (access/gate.py)
     1. parse      request bytes -> ChatRequest                       (parse.py)
-    2. resolve    body > headers > model suffix > named policy > default -> Preferences
+    2. resolve    body > headers > model suffix > named policy > key's policy > default -> Preferences
     3. select     catalogue + live stats -> Plan: ordered candidates  (routing/)
     4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py)
     5. relay      stream it to the client, or assemble the JSON       (relay.py)
-    6. record     timings, tokens and cost of every attempt            (record.py)
+    6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py)
 
 `handle()` composes them; each stage is a plain function of typed, frozen values. Errors from any
 stage are `GatewayError`s, rendered in one place (`app.py`).
@@ -24,12 +26,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message
 
+from gateway.access.keys import ApiKey
 from gateway.context import RequestContext
 from gateway.dispatch import Served, outcome_of
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
-from gateway.parse import parse_chat_request
+from gateway.parse import parse_chat_request, read_body
 from gateway.relay import UpstreamStream, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
@@ -55,10 +58,10 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
     return headers
 
 
-def finish(services: Services, served: Served, session_key: str | None, failure: GatewayError | None,
-           cancelled: bool, request_id: str, final: bool = True) -> None:
+def finish(services: Services, ctx: RequestContext, served: Served, failure: GatewayError | None,
+           cancelled: bool, final: bool = True) -> None:
     """Stage 6 for the attempt that served (and its access log line); failed attempts were recorded
-    as they failed."""
+    as they failed. The client's key is charged the tokens and cost of what it was served."""
     stream = served.stream
     if cancelled:
         outcome, status = Outcome.CANCELLED, 200
@@ -66,10 +69,13 @@ def finish(services: Services, served: Served, session_key: str | None, failure:
         outcome, status = outcome_of(failure), failure.status
     else:
         outcome, status = Outcome.OK, 200
+    session_key = ctx.plan.session_key if ctx.plan else None
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
+    services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
     if final:  # one access-log line per request, for the attempt that ended it
-        services.access_log.served(request_id, served, sample, status, failure)
+        services.access_log.served(ctx.request.request_id, served, sample, status, failure,
+                                   ctx.client.id if ctx.client is not None else None)
 
 
 class Serving:
@@ -104,8 +110,7 @@ class Serving:
             return
         self.recorded = True
         await self.served.stream.aclose()
-        session = self.ctx.plan.session_key if self.ctx.plan else None
-        finish(self.services, self.served, session, failure, cancelled, self.ctx.request.request_id, final)
+        finish(self.services, self.ctx, self.served, failure, cancelled, final)
 
 
 async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterator[bytes]:
@@ -177,6 +182,7 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
     served = await services.dispatcher.dispatch(chat, plan, ctx.preferences.hedge_after_ms)
     ctx = replace(ctx, attempts=served.attempts)
     headers = served_headers(ctx, served)
+    headers.update(ctx.limit_headers)
     count_fallback(services.metrics, plan, served)
     endpoint = served.stream.endpoint
     metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
@@ -195,19 +201,26 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
     return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
 
 
-def prepare(raw: bytes, request: Request, services: Services, request_id: str) -> RequestContext:
-    """Stages 1-3: parse, resolve preferences, select. Pure, no I/O: also what `/v1/route` shows."""
-    chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway.max_body_bytes)
+def prepare(raw: bytes, request: Request, services: Services, request_id: str,
+            client: ApiKey | None) -> RequestContext:
+    """Stages 1-3 (with the model check of stage 0): parse, resolve preferences, select. Pure, no I/O:
+    also what `/v1/route` shows."""
+    chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway)
+    services.access.authorize(client, chat)
     started = time.perf_counter()
-    prefs = services.resolver(chat, request.headers)
+    prefs = services.resolver(chat, request.headers, client.policy if client is not None else None)
     plan = services.router.plan(chat, prefs)
     services.metrics.route_selection(time.perf_counter() - started)
-    return RequestContext(request=chat, preferences=prefs, plan=plan)
+    return RequestContext(request=chat, client=client, preferences=prefs, plan=plan)
 
 
 async def handle(request: Request, services: Services, request_id: str) -> Response:
-    """parse -> resolve -> select -> dispatch -> relay -> record."""
-    ctx = prepare(await request.body(), request, services, request_id)
+    """admit -> parse -> resolve -> select -> dispatch -> relay -> record."""
+    # The key is checked before the body is read: a stranger's bytes are never parsed.
+    client = await services.access.authenticate(request.headers)
+    raw = await read_body(request, services.config.gateway.max_body_bytes)
+    ctx = prepare(raw, request, services, request_id, client)
+    ctx = replace(ctx, limit_headers=tuple(services.access.admit(client).items()))
     # Until the response starts, only this watcher notices a client that hangs up; once a stream
     # has started, Starlette's StreamingResponse does the same.
     return await unless_disconnected(_serve(ctx, services), request.receive)

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
 from gateway.configfile import ConfigError, format_validation_error, read_yaml
 
@@ -34,6 +34,10 @@ class Speed(StrEnum):
 
 
 _SORT_SYNONYMS = {"tps": Sort.THROUGHPUT, "ttft": Sort.LATENCY, "cost": Sort.PRICE}
+# Strict scalars: these options come from request bodies, where pydantic's lax defaults would read
+# "yes" or 1 as true and "100" as a number. A JSON number (int or float) is still a Number.
+Number = Annotated[float, Strict()]
+Flag = Annotated[bool, Strict()]
 
 
 class _Frozen(BaseModel):
@@ -41,17 +45,17 @@ class _Frozen(BaseModel):
 
 
 class PercentileThreshold(_Frozen):
-    p50: float | None = Field(default=None, gt=0)
-    p75: float | None = Field(default=None, gt=0)
-    p90: float | None = Field(default=None, gt=0)
-    p99: float | None = Field(default=None, gt=0)
+    p50: Number | None = Field(default=None, gt=0)
+    p75: Number | None = Field(default=None, gt=0)
+    p90: Number | None = Field(default=None, gt=0)
+    p99: Number | None = Field(default=None, gt=0)
 
 
 class MaxPrice(_Frozen):
     """USD per 1M tokens."""
 
-    prompt: float | None = Field(default=None, ge=0)
-    completion: float | None = Field(default=None, ge=0)
+    prompt: Number | None = Field(default=None, ge=0)
+    completion: Number | None = Field(default=None, ge=0)
 
 
 class SortObject(_Frozen):
@@ -66,16 +70,16 @@ class ProviderOptions(_Frozen):
     order: tuple[str, ...] | None = None
     only: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
-    allow_fallbacks: bool | None = None
+    allow_fallbacks: Flag | None = None
     quantizations: tuple[str, ...] | None = None
     data_collection: Literal["allow", "deny"] | None = None
     max_price: MaxPrice | None = None
-    preferred_min_throughput: float | PercentileThreshold | None = None
-    preferred_max_latency: float | PercentileThreshold | None = None
-    require_parameters: bool | None = None
+    preferred_min_throughput: Number | PercentileThreshold | None = None
+    preferred_max_latency: Number | PercentileThreshold | None = None
+    require_parameters: Flag | None = None
     regions: tuple[str, ...] | None = None
-    hedge_after_ms: float | None = Field(default=None, gt=0)
-    mid_stream_recovery: bool | None = None  # continue a broken stream elsewhere (default: on)
+    hedge_after_ms: Number | None = Field(default=None, gt=0)
+    mid_stream_recovery: Flag | None = None  # continue a broken stream elsewhere (default: on)
 
     @field_validator("sort", mode="before")
     @classmethod
@@ -96,7 +100,7 @@ class Policy(ProviderOptions):
 
     description: str = ""
     speed: Speed | None = None
-    sticky: bool | None = None
+    sticky: Flag | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 Precedence, highest first: the body (`provider`, `speed`, OpenRouter's fast `service_tier`) >
 headers (`x-ultraroute-speed`) > the model suffix (`:nitro`, `:floor`, `:fast`, `:ultrafast`) >
-the named policy (`x-ultraroute-policy`) > the `default` policy. A field left unset at one level
+the named policy (`x-ultraroute-policy`, else the client key's policy) > the `default` policy. A
+field left unset at one level
 falls through to the next. This stage does not look at endpoints or stats.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.context import ChatRequest, Preferences
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.policy import PercentileThreshold, PolicySet, ProviderOptions, Sort, Speed
 from gateway.routing.router import split_suffix
 
@@ -49,19 +50,22 @@ class Resolver:
         self._max = max_entries
         self._cache: dict[tuple[object, ...], Preferences] = {}
 
-    def __call__(self, request: ChatRequest, headers: Mapping[str, str]) -> Preferences:
+    def __call__(self, request: ChatRequest, headers: Mapping[str, str],
+                 key_policy: str | None = None) -> Preferences:
         key = (headers.get("x-ultraroute-policy"), headers.get("x-ultraroute-speed"),
-               split_suffix(request.model)[1], request.options, request.speed)
+               split_suffix(request.model)[1], request.options, request.speed, key_policy)
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) >= self._max:
                 self._cache.clear()
-            hit = self._cache[key] = resolve(request, headers, self.policies)
+            hit = self._cache[key] = resolve(request, headers, self.policies, key_policy)
         return hit
 
 
-def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySet) -> Preferences:
-    name = headers.get("x-ultraroute-policy") or "default"
+def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySet,
+            key_policy: str | None = None) -> Preferences:
+    """`key_policy`: the client key's default policy, used when the request names none."""
+    name = headers.get("x-ultraroute-policy") or key_policy or "default"
     policy = policies.get(name)
     if policy is None:
         raise InvalidRequest(f"Unknown policy '{name}'. Known: {', '.join(sorted(policies.policies))}.",
@@ -72,8 +76,8 @@ def resolve(request: ChatRequest, headers: Mapping[str, str], policies: PolicySe
     _, suffix = split_suffix(request.model)
     if suffix is not None:
         if suffix not in SUFFIXES:
-            raise InvalidRequest(f"Unknown model suffix ':{suffix}'. Known: {', '.join(SUFFIXES)}.",
-                                 param="model")
+            # No model has this name: a 404 like any unknown model, saying which suffixes exist.
+            raise ModelNotFound(request.model, f" ':{suffix}' is not a routing suffix (known: {', '.join(SUFFIXES)}).")
         merged.update(SUFFIXES[suffix])
     speed_header = headers.get("x-ultraroute-speed")
     if speed_header:

@@ -29,6 +29,7 @@ from gateway.assemble import CompletionAssembler
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.sse import DONE, DONE_EVENT, SSEDecoder, encode_event
+from gateway.upstream import redact
 
 
 class StreamBroken(UpstreamError):
@@ -112,7 +113,7 @@ class UpstreamStream:
                 meter.malformed += 1
                 continue
             if "error" in chunk:
-                raise _error_from_event(chunk["error"])
+                raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
                 answer = bool(delta.get("content") or delta.get("tool_calls") or delta.get("refusal"))

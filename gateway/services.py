@@ -1,5 +1,5 @@
 """The one `Services` object a running gateway owns: config, upstream pools, telemetry, router,
-metrics and the access log.
+metrics, the access log, and client access (keys, limits, spend).
 
 Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
 argument. There are no module-level singletons.
@@ -12,6 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from gateway.access.gate import Access
+from gateway.access.keyring import KeyRing
+from gateway.access.ledger import Ledger
+from gateway.access.store import KeyStore, open_key_store
 from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.dispatch import Dispatcher, DispatchLimits
@@ -40,6 +44,8 @@ class Services:
     replica_id: str
     metrics: Metrics
     access_log: AccessLog
+    access: Access
+    key_store: KeyStore
 
 
 @asynccontextmanager
@@ -67,9 +73,21 @@ async def open_services(
     dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget))
     dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
     access_log = AccessLog()
+    key_store = open_key_store(config.redis_url, gw.redis_key_prefix, config.keys_file)
+    keyring = None if config.open_access else KeyRing(key_store, refresh_s=gw.keys_refresh_s)
+    ledger = Ledger(config.redis_url, gw.redis_key_prefix, gw.limits_sync_s,
+                    budgeted=lambda: keyring.by_id.values() if keyring is not None else (),
+                    spend_file=config.spend_file)
+    access = Access(keyring, ledger, config.catalogue)
+    ledger.outage.on_error = metrics.redis_error  # counted in ultraroute_redis_errors_total
+    if keyring is not None:
+        keyring.outage.on_error = metrics.redis_error
+        await keyring.start()
+    await ledger.start()
     sharing = None
     if config.redis_url:
         sharing = HealthSharing(health, config.catalogue.endpoints(), config.redis_url, gw.redis_key_prefix)
+        sharing.outage.on_error = metrics.redis_error
         await sharing.start()
     await telemetry.start()
     access_log.start()
@@ -86,9 +104,15 @@ async def open_services(
             replica_id=replica_id,
             metrics=metrics,
             access_log=access_log,
+            access=access,
+            key_store=key_store,
         )
     finally:
         access_log.stop()
+        await ledger.stop()
+        if keyring is not None:
+            await keyring.stop()
+        await key_store.aclose()
         if sharing is not None:
             await sharing.stop()
         await upstreams.aclose()

@@ -1,8 +1,9 @@
 """The one place that talks HTTP to providers: one pooled `httpx.AsyncClient` per provider.
 
 `Upstreams.open()` sends a chat completion and returns the response with its body unread, so the
-caller can stream it. The provider's key is attached here and nowhere else. Timeouts beyond connect
-and write are the dispatcher's business (first-token budget, stall, deadline), not this module's.
+caller can stream it. The provider's key is attached here and nowhere else; `redact()` takes it out
+of whatever a provider sends back in an error. Timeouts beyond connect and write are the
+dispatcher's business (first-token budget, stall, deadline), not this module's.
 Tests replace the network by passing an `httpx.AsyncBaseTransport` (e.g. `httpx.MockTransport`).
 """
 
@@ -10,12 +11,51 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import httpx
 
 from gateway.config import Endpoint, Provider
 
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
+
+REDACTED = "[redacted]"
+# A leading fragment this long already identifies a key; shorter ones ("sk-proj-") are public prefixes.
+_KEY_FRAGMENT = 12
+
+
+def redact(value: Any, provider: Provider) -> Any:
+    """`value` -- text, or a parsed JSON error object -- with `provider`'s key taken out.
+
+    Some providers quote the key they were sent in their error messages; those messages are passed
+    on to clients and logs, so everything read from a provider's error goes through here first. The
+    whole key and any leading fragment of `_KEY_FRAGMENT`+ characters are replaced."""
+    if provider.api_key is None or not provider.api_key.get_secret_value():
+        return value
+    return _scrub(value, provider.api_key.get_secret_value())
+
+
+def _scrub(value: Any, key: str) -> Any:
+    if isinstance(value, str):
+        return _scrub_text(value, key)
+    if isinstance(value, dict):
+        return {_scrub(k, key): _scrub(v, key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, key) for v in value]
+    return value
+
+
+def _scrub_text(text: str, key: str) -> str:
+    probe = key[:_KEY_FRAGMENT]
+    out: list[str] = []
+    done = 0
+    while (start := text.find(probe, done)) >= 0:
+        end = start + len(probe)
+        while end - start < len(key) and end < len(text) and text[end] == key[end - start]:
+            end += 1  # as much more of the key as the text quotes
+        out += (text[done:start], REDACTED)
+        done = end
+    return "".join(out) + text[done:] if out else text
 
 
 # httpcore's pool scans all its connections for every request waiting on it, so one pool of

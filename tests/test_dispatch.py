@@ -17,7 +17,7 @@ import pytest
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import Dispatcher, DispatchLimits, upstream_body
-from gateway.errors import AllCandidatesFailed, UpstreamError
+from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError, error_body
 from gateway.health import HealthBoard
 from gateway.record import Recorder
 from gateway.relay import collect
@@ -26,7 +26,7 @@ from gateway.routing.figures import Figures
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import Outcome
-from gateway.upstream import Upstreams
+from gateway.upstream import REDACTED, Upstreams
 
 CATALOGUE = """
 providers:
@@ -186,3 +186,39 @@ def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
     headers = httpx.Headers({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
     assert _rate_limit_exhausted(headers) == 1.5
     assert _rate_limit_exhausted(httpx.Headers({"x-ratelimit-remaining-requests": "7"})) is None
+
+
+def echoing_key(where: str, status: int) -> Handler:
+    """A careless provider: its error quotes the key it was sent, whole and as a fragment."""
+    def handle(req: httpx.Request) -> httpx.Response:
+        key = req.headers["authorization"].removeprefix("Bearer ")
+        error = {"message": f"Incorrect API key provided: {key}", "type": "x", "code": status, "param": None,
+                 "hint": [f"keys look like {key[:13]}..."]}
+        if where == "http":
+            return respond(status, orjson.dumps({"error": error}))
+        before = [token("hi")] if where == "mid_stream" else []
+        return respond(200, sse(*before, {"error": error}), {"content-type": "text/event-stream"})
+    return handle
+
+
+@pytest.mark.parametrize(("where", "status"), [("http", 400), ("http", 500), ("event", 400), ("event", 503),
+                                               ("mid_stream", 502)])
+async def test_a_key_the_provider_echoes_never_reaches_the_error(catalogue: Catalogue, where: str,
+                                                                  status: int) -> None:
+    seen: list[httpx.Request] = []
+    echo = echoing_key(where, status)
+
+    def a(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return echo(req)
+
+    with pytest.raises(GatewayError) as info:  # a's own error, or AllCandidatesFailed once "b" failed too
+        await run(catalogue, {"a": a, "b": error(503)})
+    assert seen and "sk-test-secret" in seen[0].headers["authorization"]  # the key did go out
+    err = info.value
+    errors = [err, *(e for _, e in getattr(err, "failures", ()))]
+    echoed = [e for e in errors if isinstance(e, UpstreamError) and e.body and "hint" in e.body]
+    assert echoed and REDACTED in error_body(echoed[0]).decode()
+    for e in errors:
+        shown = f"{e} {error_body(e).decode()} {getattr(e, 'body', None)}"
+        assert "sk-test-secr" not in shown, shown  # neither the key nor its first 12 characters

@@ -7,7 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.errors import InvalidRequest
+from gateway.config import GatewayFile
+from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.parse import parse_chat_request
 from gateway.policy import PercentileThreshold, Sort, Speed, load_policies
 from gateway.preferences import resolve
@@ -17,7 +18,7 @@ POLICIES = load_policies(Path(__file__).resolve().parent.parent / "policies")
 
 def prefs(body: dict, headers: dict[str, str] | None = None):
     full = {"model": "m", "messages": [{"role": "user", "content": "x"}], **body}
-    request = parse_chat_request(orjson.dumps(full), headers or {}, "r", 1 << 20)
+    request = parse_chat_request(orjson.dumps(full), headers or {}, "r", GatewayFile())
     return resolve(request, headers or {}, POLICIES)
 
 
@@ -30,7 +31,7 @@ def test_suffixes() -> None:
     assert prefs({"model": "m:nitro"}).sort is Sort.THROUGHPUT
     assert prefs({"model": "m:floor"}).sort is Sort.PRICE
     assert prefs({"model": "m:fast"}).speed is Speed.FAST
-    with pytest.raises(InvalidRequest, match="suffix"):
+    with pytest.raises(ModelNotFound, match="not a routing suffix"):
         prefs({"model": "m:warp"})
 
 

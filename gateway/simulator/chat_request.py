@@ -29,6 +29,8 @@ from gateway.simulator.content import (
 )
 from gateway.simulator.payloads import error_body
 
+MAX_COMPLETION_TOKENS = 131_072  # a larger max_tokens is refused, as real hosts do
+
 
 class ApiError(Exception):
     """An OpenAI-shaped error answer; `outcome` is how the attempt is recorded."""
@@ -135,6 +137,9 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile) -> ChatJob:
     limit = body.get(limit_key)
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise _bad(f"'{limit_key}' must be an integer >= 1.", limit_key, "invalid_value")
+    if limit is not None and limit > MAX_COMPLETION_TOKENS:  # as real hosts do, before allocating anything
+        raise _bad(f"'{limit_key}' is too large: {limit}. This model supports at most {MAX_COMPLETION_TOKENS} "
+                   "completion tokens.", limit_key, "invalid_value")
     prefix_text: str | None = None
     base = messages
     if messages[-1]["role"] == "assistant":

@@ -43,6 +43,10 @@ class FaultsConfig(BaseModel):
     error_event_rate: float = Field(0.0, ge=0.0, le=1.0)
     no_done_rate: float = Field(0.0, ge=0.0, le=1.0)
     refuse: bool = False
+    # Some real providers quote the key they were sent in error messages ("Incorrect API key
+    # provided: sk-..."); on, every error answer and error event here does, so tests can prove the
+    # gateway never passes a key on.
+    echo_key_in_errors: bool = False
 
 
 class EndpointProfile(BaseModel):

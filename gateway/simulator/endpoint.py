@@ -47,6 +47,7 @@ class Plan:
     malformed: bool
     no_done: bool
     ttft_s: float
+    echo_key: str | None = None  # quoted in error messages (faults.echo_key_in_errors)
 
 
 class Endpoint:
@@ -140,6 +141,7 @@ class Endpoint:
         profile = self.profile  # snapshot: an admin patch affects the next request, not this one
         attempt = self._stats.begin(time.time())
         loop = asyncio.get_running_loop()
+        echo_key = _bearer_token(req) if profile.faults.echo_key_in_errors else None
         try:
             job = parse_chat_request(req.body, profile)
             attempt.stream, attempt.model, attempt.prefix_tokens = job.stream, job.model, job.prefix_tokens
@@ -156,7 +158,7 @@ class Endpoint:
             if self.active >= profile.capacity:
                 raise rate_limited(profile, f"Rate limit reached: {profile.capacity} concurrent requests")
         except ApiError as err:
-            self._send_error(conn, attempt, err)
+            self._send_error(conn, attempt, err, echo_key)
             self._stats.finish(attempt, loop.time() - req.arrived)
             return
         self.active += 1
@@ -164,6 +166,7 @@ class Endpoint:
         job.cached_tokens = self.prefix_cache.lookup(job.prefixes)
         self.prefix_cache.insert(job.prefixes)
         plan = self._draw(profile)
+        plan.echo_key = echo_key
         if not job.stream:  # malformed chunks and a missing [DONE] only exist in streams
             plan.malformed = plan.no_done = False
         attempt.ttft_ms = plan.ttft_s * 1000.0
@@ -210,8 +213,11 @@ class Endpoint:
 
     # ---- serving ------------------------------------------------------------------------------
 
-    def _send_error(self, conn: HttpConnection, attempt: Attempt, err: ApiError) -> None:
-        conn.send(err.status, err.body, err.headers)
+    def _send_error(
+        self, conn: HttpConnection, attempt: Attempt, err: ApiError, echo_key: str | None
+    ) -> None:
+        body = err.body if echo_key is None else _quoting_key(err.body, echo_key)
+        conn.send(err.status, body, err.headers)
         attempt.status, attempt.outcome = err.status, err.outcome
 
     async def _serve(
@@ -228,14 +234,11 @@ class Endpoint:
         if plan.fault == "error":
             status = faults.error_status
             if status == 429:
-                self._send_error(conn, attempt, rate_limited(profile, "Rate limit reached (simulated)"))
+                err = rate_limited(profile, "Rate limit reached (simulated)")
             else:
                 kind = "server_error" if status >= 500 else "invalid_request_error"
-                self._send_error(
-                    conn,
-                    attempt,
-                    ApiError(status, f"Simulated upstream error {status}", kind, kind, outcome="error"),
-                )
+                err = ApiError(status, f"Simulated upstream error {status}", kind, kind, outcome="error")
+            self._send_error(conn, attempt, err, plan.echo_key)
             return
         if plan.fault == "hang":
             attempt.outcome = "hung"
@@ -244,7 +247,7 @@ class Endpoint:
         if plan.fault == "error_event":
             event = {
                 "error": {
-                    "message": "Simulated error event",
+                    "message": _with_key("Simulated error event", plan.echo_key),
                     "type": "server_error",
                     "code": faults.error_status,
                 }
@@ -359,6 +362,24 @@ class Endpoint:
             delay = min(max(min_sleep - late, wait_next), wait_last)
             target = now + delay
             await asyncio.sleep(delay)
+
+
+def _bearer_token(req: Request) -> str:
+    """What the client sent as its key: the token of `Authorization: Bearer ...` (else the raw value)."""
+    value = req.headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else value
+
+
+def _with_key(message: str, key: str | None) -> str:
+    return message if key is None else f"{message} (Incorrect API key provided: {key or '<none>'})"
+
+
+def _quoting_key(body: bytes, key: str) -> bytes:
+    """An `error_body()` with `key` quoted in its message, as a careless real provider would."""
+    data = orjson.loads(body)
+    data["error"]["message"] = _with_key(data["error"]["message"], key)
+    return orjson.dumps(data)
 
 
 async def _sleep_until(deadline: float) -> None:

@@ -26,7 +26,8 @@ from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.harness import GatewayProcess
 from tests.observability.conftest import SECRET_KEY
 
-FIELDS = {"ts", "request_id", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status", "outcome",
+FIELDS = {"ts", "request_id", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
+          "outcome",
           "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd"}
 
 
@@ -59,10 +60,11 @@ def log() -> Any:
 def test_one_json_line_per_served_request(log: Any) -> None:
     access, stream = log
     served, sample = served_request()
-    access.served("req-1", served, sample, 200, None)
+    access.served("req-1", served, sample, 200, None, "key_abc")
     access.stop()  # flushes the queue
     [line] = lines_of(stream)
     assert set(line) == FIELDS
+    assert line["key"] == "key_abc"  # the key's id: spend per client can be audited from the log
     assert line["request_id"] == "req-1" and line["endpoint"] == "fw/fast" and line["tier"] == "fast"
     assert line["attempts"] == 2 and line["fallback"] == [{"endpoint": "gq/x", "reason": "upstream_5xx"}]
     assert line["ttft_ms"] == 210.4 and line["decode_tps"] == 401.3 and line["tokens"]["output"] == 30

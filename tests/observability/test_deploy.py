@@ -55,6 +55,8 @@ def test_compose_parses_and_everything_it_mounts_exists() -> None:
     assert len(gateways) >= 2, gateways
     for name in gateways:
         assert services[name]["environment"]["REDIS_URL"].startswith("redis://redis:")
+        # Simulated providers: open on purpose, and said so (a gateway without keys refuses to start).
+        assert services[name]["environment"]["ULTRAROUTE_OPEN"] == "${ULTRAROUTE_OPEN:-1}"
     missing = []
     for name, service in services.items():
         build = service.get("build")

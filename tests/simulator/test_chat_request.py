@@ -73,6 +73,12 @@ def test_prefix_continues_the_same_answer() -> None:
             "invalid_value",
             "max_completion_tokens",
         ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], "max_tokens": 1000000000000000}',
+            400,
+            "invalid_value",
+            "max_tokens",
+        ),
         (b'{"model": "x", "messages": [{"role": "user"}]}', 404, "model_not_found", "model"),
         (
             b'{"model": "m1", "messages": [{"role": "assistant", "content": "a"}]}',

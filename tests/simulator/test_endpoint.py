@@ -377,6 +377,36 @@ def test_error_event_inside_a_200_stream(sim: SimProcess) -> None:
     assert (stats["errors"], stats["outcomes"]) == (2, {"error_event": 2})
 
 
+def test_echo_key_in_errors_quotes_the_bearer_token(sim: SimProcess) -> None:
+    key = "sk-sim-echo-0123456789abcdef"
+    auth = {"authorization": f"Bearer {key}"}
+    # Off by default: nothing of the key comes back.
+    sim.patch("faulty", faults={"error_rate": 1.0, "error_status": 500})
+    assert key not in httpx.post(chat_url(sim, "faulty"), json=stream_body(), headers=auth).text
+    sim.patch("faulty", faults={"echo_key_in_errors": True})
+    for status in (500, 429):  # an error fault, and the rate limit's own answer
+        sim.patch("faulty", faults={"error_status": status})
+        response = httpx.post(chat_url(sim, "faulty"), json=stream_body(), headers=auth)
+        assert response.status_code == status
+        assert response.json()["error"]["message"].endswith(f"(Incorrect API key provided: {key})")
+    # Request errors (here an unknown model on a profile that pins one) quote it too.
+    sim.patch("faulty", model="only-this", faults={"error_rate": 0.0})
+    rejected = httpx.post(chat_url(sim, "faulty"), json=stream_body(), headers=auth)
+    assert rejected.status_code == 404 and key in rejected.json()["error"]["message"]
+    sim.patch("faulty", model=None, faults={"error_event_rate": 1.0})
+    streamed = httpx.post(chat_url(sim, "faulty"), json=stream_body(), headers=auth)
+    events = [line[6:] for line in streamed.text.split("\n") if line.startswith("data: ")]
+    assert orjson.loads(events[0])["error"]["message"] == (
+        f"Simulated error event (Incorrect API key provided: {key})"
+    )
+    assert key in httpx.post(chat_url(sim, "faulty"), json={"model": "m", "messages": HELLO}, headers=auth).text
+    # The SDK's own key (no explicit header) is what gets quoted.
+    with pytest.raises(openai.APIError) as info:
+        list(openai.OpenAI(base_url=sim.base_url("faulty"), api_key=key, max_retries=0)
+             .chat.completions.create(model="m", messages=HELLO, stream=True))
+    assert key in str(info.value)
+
+
 def test_no_done_closes_cleanly_without_done(sim: SimProcess) -> None:
     sim.patch("faulty", faults={"no_done_rate": 1.0})
     response = httpx.post(chat_url(sim, "faulty"), json=stream_body())

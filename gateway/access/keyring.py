@@ -1,0 +1,91 @@
+"""The running gateway's view of the key store: every key by the hash of its secret, in memory.
+
+A request's key is looked up here, never in Redis or the file: the request path does no I/O for
+authentication. A background task polls the store's `version()` every `refresh_s` and reloads when
+it changed, so a revoked key stops working within about that long on every replica. A secret that
+is not in the view triggers one reload (at most one every `miss_refresh_s`, shared by all waiting
+requests), so a key created a moment ago on another replica works at once, while a flood of wrong
+keys costs the store at most a few reads a second. Store unreachable: the last view stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from gateway.access.keys import ApiKey
+from gateway.access.store import KeyStore, KeyStoreError
+from gateway.outage import Outage
+
+log = logging.getLogger("ultraroute.access")
+
+
+class KeyRing:
+    def __init__(self, store: KeyStore, refresh_s: float = 1.0, miss_refresh_s: float = 0.5) -> None:
+        self.store = store
+        self.refresh_s = refresh_s
+        self.miss_refresh_s = miss_refresh_s
+        self.by_hash: dict[str, ApiKey] = {}
+        self.by_id: dict[str, ApiKey] = {}
+        self._version: str | None = None
+        self._loaded_at = 0.0
+        self._reload: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.outage = Outage(log, "client keys", "using the keys last loaded", store="the key store")
+
+    async def start(self) -> None:
+        """Load the keys (a store that cannot be read at start is an error), then keep them fresh."""
+        await self.reload()
+        self._task = asyncio.create_task(self._poll())
+
+    async def stop(self) -> None:
+        for task in (self._task, self._reload):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def active_count(self) -> int:
+        return sum(1 for k in self.by_id.values() if k.active)
+
+    async def reload(self) -> None:
+        version = await self.store.version()
+        keys = await self.store.load()
+        self.by_id = keys
+        self.by_hash = {k.key_hash: k for k in keys.values()}
+        self._version = version
+        self._loaded_at = time.monotonic()
+
+    def put(self, key: ApiKey) -> None:
+        """This replica just saved `key`: use it now rather than at the next poll."""
+        self.by_id = {**self.by_id, key.id: key}
+        self.by_hash = {k.key_hash: k for k in self.by_id.values()}
+
+    async def lookup(self, key_hash: str) -> ApiKey | None:
+        key = self.by_hash.get(key_hash)
+        if key is not None:
+            return key
+        if time.monotonic() - self._loaded_at >= self.miss_refresh_s:
+            if self._reload is None or self._reload.done():
+                self._reload = asyncio.create_task(self._reload_quietly())
+            await asyncio.shield(self._reload)
+        return self.by_hash.get(key_hash)
+
+    async def _reload_quietly(self) -> None:
+        try:
+            await self.reload()
+        except KeyStoreError as err:
+            self._loaded_at = time.monotonic()  # don't hammer a store that is down
+            self.outage.failed(str(err))
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                if await self.store.version() != self._version:
+                    await self.reload()
+                self.outage.ok()
+            except KeyStoreError as err:
+                self.outage.failed(str(err))

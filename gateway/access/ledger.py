@@ -1,0 +1,244 @@
+"""Per-key usage: requests and tokens per minute, and spend per budget period, shared by replicas.
+
+Counting and reading happen in memory, so admitting a request costs no I/O. With Redis, a background
+task (every `sync_s`) adds this replica's new counts to shared counters (`INCRBYFLOAT`, expiring)
+and reads back the totals of every replica, for the keys any replica used in the last two minutes
+and the spend of every key with a budget. A limit is then enforced across replicas within one sync
+interval: replicas may together overshoot by what they admit in that time. Without Redis (or while
+it is down) the counts are this replica's alone, and are kept in memory until Redis answers.
+Without Redis, spend is also written to `spend_file` (when it changed, at most every `sync_s`) so
+that a budget outlives a restart; a single replica is assumed then.
+
+Rate limits use a sliding window over two fixed minutes: the previous minute's count, weighted by
+how much of it is still inside the last 60 s, plus the current minute's.
+
+This module counts; `gate.py` decides what the counts allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.access.keys import ApiKey, Period, period_id
+from gateway.outage import Outage
+
+log = logging.getLogger("ultraroute.access")
+
+ACTIVE_S = 120  # a key used this recently, on any replica, has its minute counters read back
+_RATE_TTL_S = 180
+_SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 40 * 86_400}
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A key's sliding-minute count: `estimate` = previous minute x its share still in the window + current."""
+
+    previous: float
+    current: float
+    elapsed_s: float  # into the current minute
+
+    @property
+    def estimate(self) -> float:
+        return self.previous * (1.0 - self.elapsed_s / 60.0) + self.current
+
+    def seconds_until(self, target: float) -> float:
+        """How long until `estimate` falls to `target` or below, if nothing more is counted."""
+        if self.current <= target:
+            if self.previous <= 0:
+                return 0.0
+            share = 1.0 - (target - self.current) / self.previous  # of the previous minute still to pass
+            return max(0.0, share * 60.0 - self.elapsed_s)
+        # Not within this minute: next minute, this one becomes "previous" and drains.
+        return (60.0 - self.elapsed_s) + 60.0 * (1.0 - max(target, 0.0) / self.current)
+
+
+class Ledger:
+    def __init__(self, redis_url: str | None, prefix: str, sync_s: float = 0.25,
+                 budgeted: Callable[[], Iterable[ApiKey]] = tuple, spend_file: Path | None = None) -> None:
+        self.prefix = f"{prefix}:use"
+        self.sync_s = sync_s
+        self.budgeted = budgeted  # the keys whose spend is read back at every sync
+        self.outage = Outage(log, "usage sharing", "limits are enforced per replica")
+        self._redis = (aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+                       if redis_url else None)
+        self._shared: dict[str, float] = {}  # every replica's totals as last read (all there is without Redis)
+        self._pending: dict[str, float] = {}  # this replica's counts not yet added to Redis
+        self._ttl: dict[str, int] = {}
+        self._recent: dict[str, float] = {}  # key id -> when this replica last counted it
+        self._task: asyncio.Task[None] | None = None
+        self.spend_file = spend_file if redis_url is None else None
+        self._spend_changed = False
+
+    # -- names -------------------------------------------------------------------------------
+    def _rate_name(self, kind: str, key_id: str, minute: int) -> str:
+        return f"{self.prefix}:{kind}:{key_id}:{minute}"
+
+    def _spend_name(self, key: ApiKey, now: float) -> str:
+        return f"{self.prefix}:usd:{key.id}:{period_id(key.budget_period, now)}"
+
+    # -- the hot path: memory only -----------------------------------------------------------
+    def _value(self, name: str) -> float:
+        return self._shared.get(name, 0.0) + self._pending.get(name, 0.0)
+
+    def _add(self, name: str, amount: float, ttl: int) -> None:
+        if self._redis is None:
+            self._shared[name] = self._shared.get(name, 0.0) + amount
+        else:
+            self._pending[name] = self._pending.get(name, 0.0) + amount
+            self._ttl[name] = ttl
+
+    def window(self, kind: str, key_id: str, now: float) -> Window:
+        """`kind`: "req" or "tok"."""
+        minute = int(now // 60)
+        return Window(previous=self._value(self._rate_name(kind, key_id, minute - 1)),
+                      current=self._value(self._rate_name(kind, key_id, minute)),
+                      elapsed_s=now - minute * 60)
+
+    def spend(self, key: ApiKey, now: float) -> float:
+        return self._value(self._spend_name(key, now))
+
+    def count(self, key_id: str, now: float, requests: int = 0, tokens: int = 0) -> None:
+        minute = int(now // 60)
+        if requests:
+            self._add(self._rate_name("req", key_id, minute), requests, _RATE_TTL_S)
+        if tokens:
+            self._add(self._rate_name("tok", key_id, minute), tokens, _RATE_TTL_S)
+        self._recent[key_id] = now
+
+    def charge(self, key: ApiKey, usd: float, now: float) -> None:
+        if usd > 0 and math.isfinite(usd):
+            self._add(self._spend_name(key, now), usd, _SPEND_TTL_S[key.budget_period])
+            self._spend_changed = True
+
+    # -- the background task -----------------------------------------------------------------
+    async def start(self) -> None:
+        await self.load_spend_file()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._save_spend_file()
+        if self._redis is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.sync()  # hand over the last counts
+            await self._redis.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.sync_s)
+            try:
+                await self.sync()
+                self.outage.ok()
+            except (RedisError, OSError) as exc:
+                self.outage.failed(exc)
+
+    async def sync(self) -> None:
+        """Add pending counts to Redis and read back every replica's totals (two round trips)."""
+        now = time.time()
+        self._forget_old(now)
+        if self._redis is None:
+            await self._save_spend_file()
+            return
+        pending, self._pending = self._pending, {}
+        active = f"{self.prefix}:active"
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for name, amount in pending.items():
+                    pipe.incrbyfloat(name, amount)
+                    pipe.expire(name, self._ttl.get(name, _RATE_TTL_S))
+                recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
+                if recent:
+                    pipe.zadd(active, recent)
+                pipe.zremrangebyscore(active, "-inf", now - ACTIVE_S)
+                pipe.zrange(active, 0, -1)
+                replies = await pipe.execute()
+        except BaseException:
+            for name, amount in pending.items():  # counted again at the next sync
+                self._pending[name] = self._pending.get(name, 0.0) + amount
+            raise
+        minute = int(now // 60)
+        names = [self._rate_name(kind, key_id.decode(), m)
+                 for key_id in replies[-1] for kind in ("req", "tok") for m in (minute - 1, minute)]
+        names += [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
+        values = await self._redis.mget(names) if names else []
+        shared = {name: float(v) for name, v in zip(names, values, strict=True) if v is not None}
+        for name, total in zip(pending, replies[0:2 * len(pending):2], strict=True):
+            shared.setdefault(name, float(total))
+        self._shared = shared
+
+    def _forget_old(self, now: float) -> None:
+        """Drop minutes that have left the window and budget periods that have ended."""
+        oldest = int(now // 60) - 1
+        live_periods = {period_id("day", now), period_id("month", now)}
+        for table in (self._shared, self._pending):
+            for name in [n for n in table if not _still_counts(n, oldest, live_periods)]:
+                del table[name]
+                self._ttl.pop(name, None)
+        self._recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
+
+    async def load_spend_file(self) -> None:
+        if self.spend_file is None:
+            return
+        saved = await asyncio.to_thread(_read_json, self.spend_file)
+        live = {period_id("day", time.time()), period_id("month", time.time())}
+        self._shared.update({name: float(v) for name, v in saved.items()
+                             if isinstance(v, int | float) and name.rsplit(":", 1)[-1] in live})
+
+    async def _save_spend_file(self) -> None:
+        if self.spend_file is None or not self._spend_changed:
+            return
+        self._spend_changed = False
+        spend = {name: v for name, v in self._shared.items() if name.rsplit(":", 3)[-3] == "usd"}
+        try:
+            await asyncio.to_thread(_write_json, self.spend_file, spend)
+        except OSError as err:
+            self._spend_changed = True
+            log.warning("cannot save spend to %s: %s", self.spend_file, err.strerror)
+
+    async def read_spend(self, key: ApiKey, now: float) -> float:
+        """The key's spend this period, read from Redis now (for the admin API, not for requests);
+        this replica's view when Redis does not answer."""
+        if self._redis is None:
+            return self.spend(key, now)
+        name = self._spend_name(key, now)
+        try:
+            value = await self._redis.get(name)
+        except (RedisError, OSError):
+            return self.spend(key, now)
+        return (float(value) if value is not None else 0.0) + self._pending.get(name, 0.0)
+
+
+def _read_json(path: Path) -> dict[str, object]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}  # no file yet, or a torn one: spend starts from zero rather than the gateway not at all
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: dict[str, float]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(orjson.dumps(data))
+    os.replace(tmp, path)
+
+
+def _still_counts(name: str, oldest_minute: int, live_periods: set[str]) -> bool:
+    kind, _key_id, slot = name.rsplit(":", 3)[-3:]
+    return slot in live_periods if kind == "usd" else int(slot) >= oldest_minute

@@ -1,0 +1,64 @@
+"""The in-memory key view: reloads on a miss (rate-limited) and when the store's version changes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gateway.access.keyring import KeyRing
+from gateway.access.keys import KeySpec, hash_secret, new_key
+from gateway.access.store import FileKeyStore, KeyStoreError
+
+
+class CountingStore(FileKeyStore):
+    loads = 0
+
+    async def load(self):  # type: ignore[no-untyped-def]
+        self.loads += 1
+        return await super().load()
+
+
+async def test_a_key_saved_elsewhere_is_found_on_first_use(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path / "keys.json")
+    ring = KeyRing(store, refresh_s=60, miss_refresh_s=0.0)
+    await ring.start()
+    try:
+        key, secret = new_key(KeySpec(name="a"))
+        await FileKeyStore(tmp_path / "keys.json").save(key)  # another process (the CLI, a replica)
+        assert await ring.lookup(hash_secret(secret)) == key
+    finally:
+        await ring.stop()
+
+
+async def test_wrong_keys_reload_the_store_at_most_once_per_interval(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path / "keys.json")
+    ring = KeyRing(store, refresh_s=60, miss_refresh_s=30)
+    await ring.start()
+    try:
+        loads = store.loads
+        results = await asyncio.gather(*(ring.lookup(hash_secret(f"ur-wrong-{i}")) for i in range(50)))
+        assert results == [None] * 50
+        assert store.loads == loads  # loaded at start, less than 30 s ago
+    finally:
+        await ring.stop()
+
+
+async def test_poll_picks_up_revocation_and_survives_a_broken_store(tmp_path: Path) -> None:
+    store = FileKeyStore(tmp_path / "keys.json")
+    key, secret = new_key(KeySpec(name="a"))
+    await store.save(key)
+    ring = KeyRing(store, refresh_s=0.05)
+    await ring.start()
+    try:
+        await store.save(key.model_copy(update={"revoked_at": 1.0}))
+        await asyncio.sleep(0.3)
+        found = await ring.lookup(hash_secret(secret))
+        assert found is not None and not found.active
+
+        async def broken() -> str:
+            raise KeyStoreError("down")
+        store.version = broken  # type: ignore[method-assign]
+        await asyncio.sleep(0.2)
+        assert ring.active_count() == 0 and key.id in ring.by_id  # the last view stays in force
+    finally:
+        await ring.stop()

@@ -1,0 +1,81 @@
+"""The provider's key: attached to every upstream request, and taken out of anything sent back.
+
+`redact()` is checked directly; then over real loopback sockets against a simulated provider that
+quotes the key in its errors, with every logger (httpx and httpcore included) at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import SecretStr
+
+from gateway.config import Provider, build_catalogue, parse_catalogue
+from gateway.dispatch import _open
+from gateway.errors import UpstreamError, error_body
+from gateway.relay import Meter
+from gateway.simulator import Simulator
+from gateway.simulator.config import parse_sim_config
+from gateway.upstream import REDACTED, Upstreams, redact
+
+KEY = "sk-live-0123456789abcdefXYZ"
+
+
+def provider(key: str | None) -> Provider:
+    return Provider(name="p", base_url="http://p.test/v1", region="us", data_collection="deny", headers={},
+                    api_key=SecretStr(key) if key is not None else None, key_missing=False, max_connections=8,
+                    max_keepalive_connections=8, connect_timeout_s=1.0)
+
+
+def test_redact_takes_out_the_key_and_long_fragments_of_it() -> None:
+    p = provider(KEY)
+    assert KEY not in repr(p)  # SecretStr
+    assert redact(f"Incorrect API key provided: {KEY}.", p) == f"Incorrect API key provided: {REDACTED}."
+    # A truncated echo still identifies the key from 12 characters on; a shorter prefix is public.
+    assert redact(f"key {KEY[:15]}... and {KEY[:12]}", p) == f"key {REDACTED}... and {REDACTED}"
+    assert redact(f"keys start with {KEY[:8]}", p) == f"keys start with {KEY[:8]}"
+    assert redact(f"{KEY}{KEY}", p) == REDACTED * 2
+    body: dict[str, Any] = {"message": KEY, "code": 401, "param": None, "hint": [f"got {KEY}", 3],
+                            KEY: "as a key"}
+    assert redact(body, p) == {"message": REDACTED, "code": 401, "param": None, "hint": [f"got {REDACTED}", 3],
+                               REDACTED: "as a key"}
+
+
+def test_redact_without_a_key_changes_nothing() -> None:
+    text = "Incorrect API key provided: none"
+    assert redact(text, provider(None)) is text and redact(text, provider("")) is text
+
+
+@pytest.mark.parametrize("fault", [{"error_rate": 1.0, "error_status": 500}, {"error_event_rate": 1.0}])
+async def test_echoed_key_is_redacted_and_never_logged_over_real_sockets(
+        caplog: pytest.LogCaptureFixture, fault: dict[str, Any]) -> None:
+    sim_config = parse_sim_config({"admin_port": 0, "endpoints": {"echo": {
+        "port": 0, "ttft_ms": 5, "ttft_jitter": 0, "faults": {**fault, "echo_key_in_errors": True}}}})
+    caplog.set_level(logging.DEBUG)  # the root logger: httpx, httpcore and the gateway's own
+    async with Simulator(sim_config) as sim:
+        file = parse_catalogue({
+            "providers": {"echo": {"base_url": sim.base_url("echo"), "api_key_env": "ECHO_KEY"}},
+            "models": {"m": {"endpoints": [{"provider": "echo", "model": "up", "price": {"input": 1, "output": 1}}]}},
+        }, "test")
+        catalogue = build_catalogue(file, "test", {"ECHO_KEY": KEY})
+        endpoint = catalogue.models["m"][0]
+        upstreams = Upstreams(catalogue.providers)
+        body = orjson.dumps({"model": "up", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+        try:
+            # The simulator does quote the key: unredacted, it would travel on.
+            raw = await upstreams.open(endpoint, body)
+            assert KEY in (await raw.aread()).decode()
+            with pytest.raises(UpstreamError) as info:
+                await _open(upstreams, endpoint, body, Meter(t_sent=time.perf_counter()), 5.0, 5.0)
+        finally:
+            await upstreams.aclose()
+    err = info.value
+    assert REDACTED in err.message and KEY[:12] not in f"{err} {error_body(err).decode()}"
+    assert any(r.name.startswith("httpcore") for r in caplog.records)  # debug logging did run
+    assert KEY[:12] not in caplog.text
+    assert all(KEY[:12] not in str(r.args) for r in caplog.records)
+
