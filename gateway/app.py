@@ -27,7 +27,7 @@ from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json
-from gateway.errors import GatewayError, InvalidRequest, error_body
+from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, UpstreamError, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import read_body
@@ -113,7 +113,10 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
         if request.url.path == "/v1/chat/completions":
-            services_of(request).access_log.failed(request.scope["state"]["request_id"], exc)
+            services = services_of(request)
+            services.access_log.failed(request.scope["state"]["request_id"], exc)
+            if not isinstance(exc, UpstreamError | AllCandidatesFailed):  # those are counted per attempt
+                services.metrics.rejected(exc.metric_label)
         return render_error(exc)
 
     @app.exception_handler(StarletteHTTPException)

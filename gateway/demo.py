@@ -49,7 +49,8 @@ def _warm_up(base_url: str) -> int:
 
 def _usage(base_url: str) -> str:
     return f"""
-Ultraroute is running on simulated providers.
+Ultraroute is running on simulated providers, in open mode (no client keys; for a real deployment,
+`ultraroute keys create --name my-app` and serve without --open).
 
   base_url   {base_url}
   models     {base_url}/models
@@ -60,7 +61,7 @@ curl:
 
 Python (the official openai SDK, unchanged):
   from openai import OpenAI
-  client = OpenAI(base_url="{base_url}", api_key="unused")
+  client = OpenAI(base_url="{base_url}", api_key="unused-in-open-mode")
   stream = client.chat.completions.create(model="deepseek-v4.1-flash", stream=True,
       messages=[{{"role": "user", "content": "hi"}}])
   for chunk in stream:

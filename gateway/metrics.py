@@ -134,6 +134,9 @@ class Metrics:
                                   "planned, by the first reason.", ["from_tier", "to_tier", "reason"], registry=r)
         self._retries = Counter("ultraroute_retries", "Second tries at the same endpoint.",
                                 [*by_endpoint, "reason"], registry=r)
+        self._rejected = Counter("ultraroute_rejected_requests", "Requests refused before any upstream was "
+                                 "called, by reason (unauthenticated, forbidden, client_rate_limited, "
+                                 "budget_exceeded, invalid_request, model_not_found, ...).", ["reason"], registry=r)
         self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
                               by_endpoint, registry=r)
         self._route = Histogram("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
@@ -188,6 +191,9 @@ class Metrics:
 
     def circuit(self, endpoint: Endpoint, open: bool) -> None:
         self._circuit.labels(endpoint.model, endpoint.id, endpoint.tier.value).set(1 if open else 0)
+
+    def rejected(self, reason: str) -> None:
+        self._rejected.labels(_reason(reason)).inc()
 
     def route_selection(self, seconds: float) -> None:
         self._route.observe(seconds)

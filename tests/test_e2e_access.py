@@ -93,6 +93,9 @@ def test_keys_models_and_limits(sim: SimProcess) -> None:
             openai.OpenAI(base_url=gw.base_url, api_key="ur-wrong", max_retries=0).models.list()
         models = [m.id for m in client.models.list()]
         assert models == ["m"]  # only what the key may use
+        metrics = httpx.get(f"{gw.url}/metrics").text
+        for reason, count in (("unauthenticated", 2), ("forbidden", 2), ("client_rate_limited", 1)):
+            assert f'ultraroute_rejected_requests_total{{reason="{reason}"}} {count}.0' in metrics, reason
 
 
 def test_budget_exceeded(sim: SimProcess) -> None:

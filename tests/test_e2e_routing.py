@@ -142,7 +142,9 @@ def test_route_explains_without_calling_upstream(gateway: GatewayProcess, sim: S
     assert {name: sim.stats(name)["requests"] for name in before} == before
     meta = httpx.post(f"{gateway.base_url}/chat/completions", headers={"x-ultraroute-metadata": "enabled"},
                       json={"model": "flash:nitro", "messages": USER}).json()
-    assert meta["ultraroute"]["served"] == "std" and meta["ultraroute"]["attempts"] == []
+    planned = meta["ultraroute"]["candidates"][0]  # the same explore dice as above: an exploring pick says so
+    expected = planned["id"] if "explore" in planned["notes"] else "std"
+    assert meta["ultraroute"]["served"] == expected and meta["ultraroute"]["attempts"] == []
 
 
 def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim: SimProcess) -> None:

@@ -10,6 +10,7 @@ This module holds values only; storing them is `store.py`, enforcing them `gate.
 from __future__ import annotations
 
 import calendar
+import functools
 import hashlib
 import secrets
 import time
@@ -84,7 +85,13 @@ def new_key(spec: KeySpec, now: float | None = None) -> tuple[ApiKey, str]:
 
 def period_id(period: Period, now: float) -> str:
     """The UTC calendar day or month that `now` falls in, e.g. "d20261202" or "m202612"."""
-    t = time.gmtime(now)
+    return _period_of_hour(period, int(now // 3600))
+
+
+@functools.lru_cache(maxsize=64)
+def _period_of_hour(period: Period, hour: int) -> str:
+    # Days and months begin on the hour (UTC), so the hour decides; asked twice per request.
+    t = time.gmtime(hour * 3600)
     return f"d{t.tm_year:04d}{t.tm_mon:02d}{t.tm_mday:02d}" if period == "day" else f"m{t.tm_year:04d}{t.tm_mon:02d}"
 
 
