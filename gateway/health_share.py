@@ -11,7 +11,6 @@ sharing resumes when it answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -19,9 +18,9 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.background import Outage, cancel_and_wait
 from gateway.config import Endpoint
 from gateway.health import HealthBoard
-from gateway.outage import Outage
 
 log = logging.getLogger("ultraroute.health")
 
@@ -41,10 +40,7 @@ class HealthSharing:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._redis.aclose()
 
     async def _run(self) -> None:

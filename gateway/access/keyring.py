@@ -11,13 +11,12 @@ keys costs the store at most a few reads a second. Store unreachable: the last v
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from gateway.access.keys import ApiKey
 from gateway.access.store import KeyStore, KeyStoreError
-from gateway.outage import Outage
+from gateway.background import Outage, cancel_and_wait
 
 log = logging.getLogger("ultraroute.access")
 
@@ -42,10 +41,7 @@ class KeyRing:
 
     async def stop(self) -> None:
         for task in (self._task, self._reload):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
 
     def active_count(self) -> int:
         return sum(1 for k in self.by_id.values() if k.active)

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.access.keys import ApiKey, Period, period_id
-from gateway.outage import Outage
+from gateway.background import Outage, cancel_and_wait
 
 log = logging.getLogger("ultraroute.access")
 
@@ -128,10 +128,7 @@ class Ledger:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._save_spend_file()
         if self._redis is not None:
             with contextlib.suppress(RedisError, OSError):

@@ -1,12 +1,15 @@
-"""`Outage`: how a background task that shares state through Redis reports the store going away.
+"""What the gateway's background tasks (health sharing, usage sharing, the key ring) have in common.
 
-One warning when an outage starts and one when it ends, never one per failed round trip, and a
-count of failures for `/metrics`. Used by health sharing, usage sharing and the key ring; the
-telemetry store has its own, with backoff (`telemetry/redis_store.py`).
+`Outage`: how a task that shares state through Redis reports the store going away: one warning
+when an outage starts and one when it ends, never one per failed round trip, and a count of
+failures for `/metrics`. (The telemetry store has its own, with backoff: `telemetry/redis_store.py`.)
+`cancel_and_wait`: stop a task and wait until it has stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -33,3 +36,10 @@ class Outage:
         if self.down:
             self.log.warning("%s: %s reachable again", self.what, self.store)
         self.down = False
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

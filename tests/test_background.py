@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.outage import Outage
+from gateway.background import Outage
 
 
 def test_logged_once_per_outage_and_counted(caplog: pytest.LogCaptureFixture) -> None:
