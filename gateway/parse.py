@@ -34,6 +34,9 @@ HEADER_PREFIX = "x-ultraroute-"
 KNOWN_HEADERS = frozenset({"x-ultraroute-policy", "x-ultraroute-speed", "x-ultraroute-priority",
                            "x-ultraroute-metadata"})
 USAGE_FIELDS = frozenset({"include"})
+# Model names are looked up, never used as addresses; these only bound the work a request can ask for.
+MAX_MODEL_NAME = 256
+MAX_FALLBACK_MODELS = 32
 
 
 def _too_large(size: str, max_bytes: int) -> PayloadTooLarge:
@@ -195,8 +198,9 @@ def parse_chat_request(
     body = parse_json_body(raw, limits)
 
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("'model' is required and must be a non-empty string.", param="model")
+    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
+        raise InvalidRequest(f"'model' is required and must be a non-empty string of at most {MAX_MODEL_NAME} "
+                             "characters.", param="model")
     prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
     _check_optional(body, "stream", bool, "a boolean")
     _check_optional(body, "stream_options", dict, "an object")
@@ -228,6 +232,9 @@ def parse_chat_request(
         not isinstance(fallback, list) or not all(isinstance(m, str) and m for m in fallback)
     ):
         raise InvalidRequest("'models' must be an array of model names.", param="models")
+    if fallback is not None and (len(fallback) > MAX_FALLBACK_MODELS or any(len(m) > MAX_MODEL_NAME for m in fallback)):
+        raise InvalidRequest(f"'models' may name at most {MAX_FALLBACK_MODELS} models of at most {MAX_MODEL_NAME} "
+                             "characters each.", param="models")
     session = _session_key(body, headers)
 
     priority = headers.get("x-ultraroute-priority", "normal")

@@ -254,3 +254,16 @@ def test_integral_floats_are_integers() -> None:
     with pytest.raises(InvalidRequest) as err:
         parse({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 16.5})
     assert err.value.param == "max_tokens"
+
+
+def test_model_names_and_fallback_lists_are_bounded() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse({"model": "m" * 257, "messages": MSG})
+    assert err.value.param == "model"
+    with pytest.raises(InvalidRequest) as err:
+        parse({"model": "m", "messages": MSG, "models": ["a"] * 33})
+    assert err.value.param == "models"
+    with pytest.raises(InvalidRequest) as err:
+        parse({"model": "m", "messages": MSG, "models": ["a" * 257]})
+    assert err.value.param == "models"
+    assert parse({"model": "m" * 256, "messages": MSG, "models": ["a"] * 32}).fallback_models == ("a",) * 32
