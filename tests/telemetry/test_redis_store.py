@@ -271,7 +271,7 @@ async def test_late_write_into_settled_bucket_is_reread(redis_url: str, key_pref
     refreshes = b.refreshes
     await eventually(lambda: b.refreshes >= refreshes + 3, timeout=2.0)
     idx = int(t_old // b.bucket_s)
-    lo, hi = b._cold_done["m/x"]
+    lo, hi = b._view.planner.cold_done["m/x"]
     assert lo <= idx <= hi
     # A files a sample into that old bucket (e.g. deltas held back by an outage)
     a.record(build_sample("m/x", at=t_old))
