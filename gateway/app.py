@@ -30,7 +30,6 @@ from gateway.endpoint_view import endpoint_json
 from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, UpstreamError, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from gateway.parse import read_body
 from gateway.schemas import CHAT_REQUEST_SCHEMA, ChatCompletion, error_responses
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
@@ -160,10 +159,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     async def route(request: Request) -> JSONResponse:
         """The plan for a completion body, without calling any upstream: ranked candidates with the
         figures behind them, and every excluded endpoint with the reason."""
-        services = services_of(request)
-        client = await services.access.authenticate(request.headers)
-        raw = await read_body(request, services.config.gateway.max_body_bytes)
-        ctx = pipeline.prepare(raw, request, services, request.scope["state"]["request_id"], client)
+        ctx = await pipeline.plan_request(request, services_of(request), request.scope["state"]["request_id"])
         assert ctx.plan is not None
         return JSONResponse(plan_json(ctx.plan))
 

@@ -140,6 +140,21 @@ def _check_optional(body: Mapping[str, Any], name: str, kind: type | tuple[type,
         raise InvalidRequest(f"'{name}' must be {what}.", param=name)
 
 
+def invalid_fields(err: ValidationError, within: str = "") -> InvalidRequest:
+    """A pydantic error about a JSON object (`within`: its name in the body; "" for the body itself)
+    as a 400 naming the field: every unknown field at once, else the first problem."""
+    errors = err.errors()
+    prefix = f"{within}." if within else ""
+    paths = [prefix + ".".join(str(p)[:64] for p in clean_loc(e["loc"])) for e in errors]
+    unknown = [path for path, e in zip(paths, errors, strict=True) if e["type"] == "extra_forbidden"]
+    if unknown:  # all of them at once, so that a client fixes its request in one go
+        where = f"'{within}': unknown" if within else "Unknown"
+        return InvalidRequest(f"{where} field(s) {', '.join(unknown)}.", param=unknown[0])
+    if not paths[0]:  # the object itself, e.g. null where an object belongs
+        return InvalidRequest(f"'{within or 'body'}': {errors[0]['msg']}.", param=within or None)
+    return InvalidRequest(f"'{paths[0]}': {errors[0]['msg']}.", param=paths[0])
+
+
 def _provider_options(raw: Any) -> ProviderOptions | None:
     if raw is None:
         return None
@@ -148,12 +163,7 @@ def _provider_options(raw: Any) -> ProviderOptions | None:
     try:
         return ProviderOptions.model_validate(raw)
     except ValidationError as err:
-        errors = err.errors()
-        paths = ["provider." + ".".join(str(p)[:64] for p in clean_loc(e["loc"])) for e in errors]
-        unknown = [path for path, e in zip(paths, errors, strict=True) if e["type"] == "extra_forbidden"]
-        if unknown:  # all of them at once, so that a client fixes its request in one go
-            raise InvalidRequest(f"'provider': unknown field(s) {', '.join(unknown)}.", param=unknown[0]) from None
-        raise InvalidRequest(f"'{paths[0]}': {errors[0]['msg']}.", param=paths[0]) from None
+        raise invalid_fields(err, "provider") from None
 
 
 def _check_openrouter_fields(body: Mapping[str, Any]) -> None:

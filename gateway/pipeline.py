@@ -214,13 +214,18 @@ def prepare(raw: bytes, request: Request, services: Services, request_id: str,
     return RequestContext(request=chat, client=client, preferences=prefs, plan=plan)
 
 
-async def handle(request: Request, services: Services, request_id: str) -> Response:
-    """admit -> parse -> resolve -> select -> dispatch -> relay -> record."""
-    # The key is checked before the body is read: a stranger's bytes are never parsed.
+async def plan_request(request: Request, services: Services, request_id: str) -> RequestContext:
+    """Authenticate, read the body, then stages 1-3: everything up to the plan, also for `/v1/route`.
+    The key is checked before the body is read: a stranger's bytes are never parsed."""
     client = await services.access.authenticate(request.headers)
     raw = await read_body(request, services.config.gateway.max_body_bytes)
-    ctx = prepare(raw, request, services, request_id, client)
-    ctx = replace(ctx, limit_headers=tuple(services.access.admit(client).items()))
+    return prepare(raw, request, services, request_id, client)
+
+
+async def handle(request: Request, services: Services, request_id: str) -> Response:
+    """admit -> parse -> resolve -> select -> dispatch -> relay -> record."""
+    ctx = await plan_request(request, services, request_id)
+    ctx = replace(ctx, limit_headers=tuple(services.access.admit(ctx.client).items()))
     # Until the response starts, only this watcher notices a client that hangs up; once a stream
     # has started, Starlette's StreamingResponse does the same.
     return await unless_disconnected(_serve(ctx, services), request.receive)

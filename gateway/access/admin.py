@@ -36,15 +36,13 @@ from gateway.access.manage import (
 )
 from gateway.access.store import KeyStoreError
 from gateway.config import Catalogue
-from gateway.configfile import clean_loc
 from gateway.errors import (
     AuthenticationFailed,
-    InvalidRequest,
     KeyNotFound,
-    PayloadTooLarge,
     PermissionDenied,
     ServiceUnavailable,
 )
+from gateway.parse import invalid_fields, read_body
 from gateway.policy import PolicySet
 from gateway.schemas import error_responses
 from gateway.services import Services
@@ -74,16 +72,12 @@ def _check_admin(services: Services, credentials: HTTPAuthorizationCredentials |
         raise AuthenticationFailed("Incorrect admin key provided.")
 
 
-def _spec(raw: bytes) -> KeySpec:
-    if len(raw) > MAX_ADMIN_BODY:
-        raise PayloadTooLarge(f"Request body is {len(raw)} bytes; the limit is {MAX_ADMIN_BODY}.")
+async def _spec(request: Request) -> KeySpec:
+    raw = await read_body(request, MAX_ADMIN_BODY)
     try:
         return KeySpec.model_validate_json(raw or b"null")
     except ValidationError as err:
-        first = err.errors()[0]
-        path = ".".join(str(p) for p in clean_loc(first["loc"])) or None
-        what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise InvalidRequest(f"'{path}': {what}." if path else f"Request body: {what}.", param=path) from None
+        raise invalid_fields(err) from None
 
 
 def _store_down(err: KeyStoreError) -> ServiceUnavailable:
@@ -111,7 +105,7 @@ def admin_router(catalogue: Catalogue, policies: PolicySet) -> APIRouter:
     async def create(request: Request, credentials: Credentials) -> JSONResponse:
         services = _services(request)
         _check_admin(services, credentials)
-        spec = _spec(await request.body())
+        spec = await _spec(request)
         try:
             key, secret = await create_key(services.key_store, spec, services.config.catalogue,
                                            services.config.policies)
