@@ -1,163 +1,349 @@
-"""What the gateway adds: latency and CPU, measured against calling the simulator directly.
+"""What the gateway adds, against calling the upstream directly and against a bare pass-through.
 
-Run by hand (not a test): `.venv/bin/python benchmarks/overhead.py [--requests 400]`;
-`--recording redis://127.0.0.1:6379/0` instead compares recording off, in memory and through Redis;
-`--access` compares open mode with a client key whose limits and budget are all checked.
-For concurrency 1 and 50 it sends the same requests straight to a simulated endpoint and through the
-gateway, and prints p50/p99 of non-streaming latency and of streaming time to first byte, the
-difference (the gateway's overhead), and the gateway process's CPU time per request. The simulator
-runs with no jitter, so both paths see the same upstream timing; the machine is shared and noisy, so
-compare figures from one run.
+`make bench` (`.venv/bin/python benchmarks/overhead.py`; `--quick` finishes in under a minute).
+
+One run, on loopback, starts:
+  - `stub_upstream.py`: an upstream that answers from prebuilt bytes in a few µs (JSON, or a 20-chunk
+    SSE stream when asked to stream), so the upstream is not what is measured;
+  - `reference.py`: the bare pass-through (uvicorn + httptools + uvloop, one ASGI function, aiohttp);
+  - the gateway (`ultraroute serve`), plain (open mode, memory telemetry), with 1 and -- once `serve
+    --workers` exists -- 2 workers;
+  - the gateway "full": Redis telemetry (REDIS_URL), a client key checked on every request, and
+    Prometheus scraping `/metrics` every second.
+The gateways and the reference are pinned to one core, the load generator (`loadgen.py`, raw asyncio)
+and the stub to the other. For concurrency 1, 8 and 64, non-streaming and streaming, every target is
+driven back to back; the table prints latency p50/p99 (for streams: time to the first body byte, i.e.
+the first token), what each adds over calling the stub directly, requests/s, the target's CPU µs per
+request (on-CPU time of all its threads and processes, from /proc) and RSS. Then the ratios to the reference and
+PASS/FAIL against the targets of issue 12:
+
+  CPU per request <= 3.5x the reference's (every row); requests/s >= 0.25x the reference's (c=64);
+  added p50 (non-streaming) and added time to first token (streaming) <= the reference's + 0.25 ms
+  (c=1); 0 errors; the full gateway's CPU per request <= 1.15x the plain one's (all rows together);
+  RSS per worker <= 120 MB after the run.
+
+The machine is shared and noisy: compare within one run, and run it more than once.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import io
 import os
-import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import orjson
+import uvloop
+import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for
+import loadgen  # noqa: E402
 
+from tests.harness import free_port, terminate, wait_ready  # noqa: E402
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BODY = {"model": "bench", "max_tokens": 16, "messages": [{"role": "user", "content": "Say something."}]}
+TARGET_CPU_RATIO = 3.5
+TARGET_RPS_RATIO = 0.25
+TARGET_ADDED_MS = 0.25
+TARGET_FULL_CPU = 1.15
+TARGET_RSS_MB = 120
+
+
+# -- processes --------------------------------------------------------------------------------------
+def _cores() -> tuple[set[int], set[int]]:
+    """(the gateway's core, the load generator's): the first available core and the rest."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(cores), set(cores)
+    return {cores[0]}, set(cores[1:])
+
+
+def process_tree(pid: int) -> list[int]:
+    pids, i = [pid], 0
+    while i < len(pids):
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pids[i]}/task"):
+                children = Path(f"/proc/{pids[i]}/task/{task}/children").read_text().split()
+                pids += [int(c) for c in children]
+        i += 1
+    return pids
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """Time on a CPU of `pid`, its threads and every process under it: what utime + stime count, read
+    from each thread's /proc schedstat in ns (utime/stime tick at 10 ms, too coarse for a quick run)."""
+    total = 0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                total += int(Path(f"/proc/{p}/task/{task}/schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def rss_mb(pid: int) -> list[float]:
+    """VmRSS of each process under `pid` that serves (the supervisor of several workers excluded)."""
+    tree = process_tree(pid)
+    out = []
+    for p in tree[1:] if len(tree) > 1 else tree:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out.append(int(line.split()[1]) / 1024)
+    return out
+
+
+class Proc:
+    """A process pinned to `cores` from its start (its threads and children inherit the mask)."""
+
+    def __init__(self, name: str, args: list[str], port: int, cores: set[int], ready: str,
+                 env: dict[str, str] | None = None) -> None:
+        self.name, self.port = name, port
+        self.log = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")[1])
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, cwd=HERE.parent, stdout=log, stderr=log, env=env,
+                                         preexec_fn=lambda: os.sched_setaffinity(0, cores))
+        wait_ready(self.proc, f"http://127.0.0.1:{port}{ready}", 30, name, lambda: self.log.read_text()[-2000:])
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        terminate(self.proc)
+
+
+def supports_workers() -> bool:
+    from gateway.cli import build_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            build_parser().parse_args(["serve", "--workers", "2"])
+    except SystemExit:
+        return False
+    return True
+
+
+def write_catalogue(upstream_port: int, prefix: str) -> Path:
+    catalogue = {
+        "providers": {"stub": {"base_url": f"http://127.0.0.1:{upstream_port}/v1"}},
+        "models": {"bench": {"endpoints": [{"provider": "stub", "model": "upstream-bench", "id": "stub",
+                                             "price": {"input": 1.0, "output": 2.0}}]}},
+        "gateway": {"redis_key_prefix": prefix},
+    }
+    path = Path(tempfile.mkdtemp(prefix="bench-gw-")) / "providers.yaml"
+    path.write_text(yaml.safe_dump(catalogue))
+    return path
+
+
+def start_gateway(name: str, catalogue: Path, cores: set[int], workers: int, full: bool) -> tuple[Proc, str | None]:
+    """A gateway; `full`: Redis telemetry and a client key (the caller scrapes /metrics)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ULTRAROUTE_OPEN")}
+    if full:
+        env["REDIS_URL"] = REDIS_URL
+    base = [sys.executable, "-m", "gateway"]
+    key = None
+    if full:
+        made = subprocess.run([*base, "keys", "--config", str(catalogue), "--policies", "", "create", "--name",
+                               "bench", "--models", "bench", "--rpm", "10000000", "--tpm", "1000000000",
+                               "--budget", "1000000"], env=env, cwd=HERE.parent, capture_output=True, text=True,
+                              timeout=60, check=True)
+        key = made.stdout.strip().splitlines()[-1]
+    port = free_port()
+    args = [*base, "serve", "--config", str(catalogue), "--policies", "", "--port", str(port)]
+    if not full:
+        args.append("--open")
+    if workers > 1:
+        args += ["--workers", str(workers)]
+    return Proc(name, args, port, cores, "/healthz", env), key
+
+
+@contextlib.contextmanager
+def scraping(port: int, every_s: float = 1.0) -> Iterator[None]:
+    """Prometheus's part: GET /metrics every second while the block runs."""
+    stop = threading.Event()
+
+    def scrape() -> None:
+        with httpx.Client() as client:
+            while not stop.wait(every_s):
+                client.get(f"http://127.0.0.1:{port}/metrics")
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+# -- measuring --------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    target: str
+    stream: bool
+    concurrency: int
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    cpu_us: float | None
+    errors: int
+    added_p50_ms: float = 0.0
+    added_p99_ms: float = 0.0
 
 
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-async def one(client: httpx.AsyncClient, url: str, stream: bool) -> float:
-    body = {**BODY, "stream": stream}
-    start = time.perf_counter()
-    if stream:
-        async with client.stream("POST", url, json=body) as r:
-            first = 0.0
-            async for _ in r.aiter_raw():
-                first = first or time.perf_counter() - start
-        assert r.status_code == 200
-        return first
-    r = await client.post(url, json=body)
-    assert r.status_code == 200, r.text
-    return time.perf_counter() - start
+def measure(name: str, port: int, pid: int | None, path: str, stream: bool, concurrency: int, total: int,
+            headers: dict[str, str] | None = None) -> Row:
+    data = loadgen.request_bytes(path, orjson.dumps({**BODY, "stream": stream}), headers)
+    uvloop.run(loadgen.run(port, data, concurrency, min(total, 200), warmup=20))
+    cpu0 = cpu_seconds(pid) if pid else 0.0
+    result = uvloop.run(loadgen.run(port, data, concurrency, total, warmup=0))
+    cpu = (cpu_seconds(pid) - cpu0) / total * 1e6 if pid else None
+    times = result.first_byte_s if stream else result.latency_s
+    return Row(name, stream, concurrency, pct(times, .5) * 1e3, pct(times, .99) * 1e3,
+               len(result.latency_s) / result.wall_s, cpu, result.errors)
 
 
-async def run(url: str, stream: bool, concurrency: int, total: int, key: str | None = None) -> list[float]:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    async with httpx.AsyncClient(limits=limits, timeout=30, headers=headers) as client:
-        for _ in range(min(20, total)):  # warm the pools
-            await one(client, url, stream)
-        out: list[float] = []
-        queue = iter(range(total))
+def run_bench(args: argparse.Namespace) -> int:
+    gw_cores, load_cores = _cores()
+    os.sched_setaffinity(0, load_cores)
+    workers = [int(w) for w in args.workers.split(",")]
+    if any(w > 1 for w in workers) and not supports_workers():
+        print("note: `serve --workers` does not exist yet: measuring 1 worker only")
+        workers = [1]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    total_for = {c: (args.requests or (150 if args.quick else 1000)) * (1 if c == 1 else 2) for c in concurrencies}
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    stub_port, ref_port = free_port(), free_port()
+    procs: list[Proc] = []
+    try:
+        stub = Proc("stub", [sys.executable, str(HERE / "stub_upstream.py"), str(stub_port)], stub_port,
+                    load_cores, "/", None)
+        procs.append(stub)
+    except RuntimeError:
+        raise
+    targets: list[tuple[str, Proc | None, int, dict[str, str] | None]] = [("direct", None, stub_port, None)]
+    try:
+        ref = Proc("reference", [sys.executable, str(HERE / "reference.py"), str(ref_port),
+                                 f"http://127.0.0.1:{stub_port}/v1/chat/completions"], ref_port, gw_cores, "/healthz")
+        procs.append(ref)
+        targets.append(("reference", ref, ref_port, None))
+        catalogue = write_catalogue(stub_port, prefix)
+        for w in workers:
+            gw, _ = start_gateway(f"gateway w={w}", catalogue, gw_cores, w, full=False)
+            procs.append(gw)
+            targets.append((gw.name, gw, gw.port, None))
+        full_proc: Proc | None = None
+        if not args.no_full:
+            full_proc, key = start_gateway("gateway full", catalogue, gw_cores, 1, full=True)
+            procs.append(full_proc)
+            targets.append((full_proc.name, full_proc, full_proc.port, {"authorization": f"Bearer {key}"}))
+        rows: list[Row] = []
+        scrape = scraping(full_proc.port) if full_proc is not None else contextlib.nullcontext()
+        with scrape:
+            for stream in (False, True):
+                for c in concurrencies:
+                    for name, proc, port, headers in targets:
+                        path = "/v1/chat/completions"
+                        rows.append(measure(name, port, proc.pid if proc else stub.pid, path, stream, c,
+                                            total_for[c], headers))
+        rss = {name: rss_mb(proc.pid) for name, proc, _, _ in targets if proc is not None}
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    return report(rows, rss)
 
-        async def worker() -> None:
-            for _ in queue:
-                out.append(await one(client, url, stream))
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return out
-
-
-def recording_cost(requests: int, redis_url: str) -> None:
-    """Gateway CPU and latency with recording off, in memory, and shared through Redis."""
-    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
-                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
-    print(f"{'recording':<12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req µs':>12}   (non-streaming, concurrency 8)")
-    with SimProcess(sim_cfg) as sim:
-        results = {}
-        for name, record, env in (("off", False, {}), ("memory", True, {}),
-                                  ("redis", True, {"REDIS_URL": redis_url})):
-            catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]},
-                                      gateway={"record_stats": record, "redis_key_prefix": "bench"})
-            with GatewayProcess(catalogue, env=env) as gw:
-                url = gw.base_url + "/chat/completions"
-                asyncio.run(run(url, False, 8, 100))
-                cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
-                times = asyncio.run(run(url, False, 8, requests))
-                cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (requests + 20)  # type: ignore[union-attr]
-            results[name] = cpu
-            print(f"{name:<12}{pct(times, .5) * 1000:>9.2f}{pct(times, .99) * 1000:>9.2f}{cpu * 1e6:>12.0f}")
-        print(f"Redis recording vs off: {100 * (results['redis'] / results['off'] - 1):+.1f}% CPU per request; "
-              f"vs memory: {100 * (results['redis'] / results['memory'] - 1):+.1f}%")
+# -- the table --------------------------------------------------------------------------------------
+def report(rows: list[Row], rss: dict[str, list[float]]) -> int:
+    direct = {(r.stream, r.concurrency): r for r in rows if r.target == "direct"}
+    for r in rows:
+        d = direct[(r.stream, r.concurrency)]
+        r.added_p50_ms, r.added_p99_ms = r.p50_ms - d.p50_ms, r.p99_ms - d.p99_ms
+    print(f"\n{'target':<15}{'mode':<8}{'c':>4}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
+          f"{'req/s':>8}{'CPU µs/req':>11}{'err':>5}   (stream: time to first token)")
+    for r in rows:
+        cpu = f"{r.cpu_us:>11.0f}" if r.cpu_us is not None else f"{'':>11}"
+        print(f"{r.target:<15}{'stream' if r.stream else 'json':<8}{r.concurrency:>4}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}"
+              f"{r.added_p50_ms:>9.2f}{r.added_p99_ms:>9.2f}{r.rps:>8.0f}{cpu}{r.errors:>5}")
+    print("(direct: the load generator straight to the stub; its CPU column is the stub's)")
+    print("\nRSS after the run: " + ", ".join(f"{n}: {' + '.join(f'{m:.0f}' for m in v)} MB" for n, v in rss.items()))
+    return verdict(rows, rss)
 
 
-def access_cost(requests: int, rounds: int = 3) -> None:
-    """Gateway CPU and latency open (no keys) versus with a client key whose every limit is checked:
-    the cost of stage 0 (authenticate, authorize, admit, charge). Rounds alternate to share the noise."""
-    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
-                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
-    print(f"{'access':<12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req µs':>12}   (non-streaming, concurrency 8)")
-    with SimProcess(sim_cfg) as sim:
-        catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]})
-        keyed = GatewayProcess(catalogue, open_access=False)
-        key = keyed.create_key("--models", "bench", "--rpm", "10000000", "--tpm", "10000000000",
-                               "--budget", "1000000")
-        results: dict[str, list[tuple[float, float, float]]] = {"open": [], "key": []}
-        with GatewayProcess(catalogue) as opened, keyed:
-            for _ in range(rounds):
-                for name, gw, secret in (("open", opened, None), ("key", keyed, key)):
-                    url = gw.base_url + "/chat/completions"
-                    asyncio.run(run(url, False, 8, 50, secret))
-                    cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
-                    times = asyncio.run(run(url, False, 8, requests, secret))
-                    cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (requests + 20)  # type: ignore[union-attr]
-                    results[name].append((pct(times, .5), pct(times, .99), cpu))
-        for name, rows in results.items():
-            p50, p99, cpu = (statistics.median(r[i] for r in rows) for i in range(3))
-            print(f"{name:<12}{p50 * 1000:>9.2f}{p99 * 1000:>9.2f}{cpu * 1e6:>12.0f}")
-        cpu_open, cpu_key = (statistics.median(r[2] for r in results[n]) for n in ("open", "key"))
-        print(f"client keys vs open: {(cpu_key - cpu_open) * 1e6:+.0f} µs CPU per request "
-              f"({100 * (cpu_key / cpu_open - 1):+.1f}%), medians of {rounds} alternating rounds")
+def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
+    ref = {(r.stream, r.concurrency): r for r in rows if r.target == "reference"}
+    checks: list[tuple[str, bool]] = []
+    print(f"\n{'gateway vs reference':<22}{'mode':<8}{'c':>4}{'CPU ratio':>11}{'req/s ratio':>13}"
+          f"{'+p50 - ref +p50':>17}")
+    for r in rows:
+        if not r.target.startswith("gateway"):
+            continue
+        base = ref[(r.stream, r.concurrency)]
+        cpu_ratio = (r.cpu_us or 0) / (base.cpu_us or 1)
+        rps_ratio = r.rps / base.rps
+        extra = r.added_p50_ms - base.added_p50_ms
+        mode = "stream" if r.stream else "json"
+        print(f"{r.target:<22}{mode:<8}{r.concurrency:>4}{cpu_ratio:>10.2f}x{rps_ratio:>12.2f}x{extra:>15.2f}ms")
+        what = f"{r.target} {mode} c={r.concurrency}"
+        checks.append((f"{what}: CPU/req {r.cpu_us:.0f} µs <= {TARGET_CPU_RATIO}x reference "
+                       f"({TARGET_CPU_RATIO * (base.cpu_us or 0):.0f} µs)", cpu_ratio <= TARGET_CPU_RATIO))
+        if r.concurrency == max(x.concurrency for x in rows):
+            checks.append((f"{what}: {r.rps:.0f} req/s >= {TARGET_RPS_RATIO}x reference "
+                           f"({TARGET_RPS_RATIO * base.rps:.0f})", rps_ratio >= TARGET_RPS_RATIO))
+        if r.concurrency == 1:
+            label = "added time to first token" if r.stream else "added p50"
+            checks.append((f"{what}: {label} {r.added_p50_ms:.2f} ms <= reference's + {TARGET_ADDED_MS} ms "
+                           f"({base.added_p50_ms + TARGET_ADDED_MS:.2f})", extra <= TARGET_ADDED_MS))
+        checks.append((f"{what}: {r.errors} errors", r.errors == 0))
+    full = [r for r in rows if r.target == "gateway full"]
+    plain = {(r.stream, r.concurrency): r for r in rows if r.target == "gateway w=1"}
+    if full:
+        ratio = sum(r.cpu_us or 0 for r in full) / sum(plain[(r.stream, r.concurrency)].cpu_us or 0 for r in full)
+        checks.append((f"Redis + key + metrics: CPU/req {100 * (ratio - 1):+.1f}% vs plain gateway "
+                       f"(<= +{100 * (TARGET_FULL_CPU - 1):.0f}%)", ratio <= TARGET_FULL_CPU))
+    for name, values in rss.items():
+        if name.startswith("gateway"):
+            checks.append((f"{name}: RSS per worker {max(values):.0f} MB <= {TARGET_RSS_MB} MB",
+                           max(values) <= TARGET_RSS_MB))
+    print()
+    for text, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    failed = sum(not ok for _, ok in checks)
+    print(f"\n{len(checks) - failed}/{len(checks)} targets met")
+    return 1 if failed else 0
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--recording", metavar="REDIS_URL", help="compare recording off / memory / Redis")
-    parser.add_argument("--access", action="store_true", help="compare open mode / a client key with limits")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests: under a minute")
+    parser.add_argument("--requests", type=int, help="requests per measurement at c=1 (twice that above)")
+    parser.add_argument("--concurrency", default="1,8,64")
+    parser.add_argument("--workers", default="1,2", help="gateway worker counts to measure (needs serve --workers)")
+    parser.add_argument("--no-full", action="store_true", help="skip the Redis + key + metrics gateway")
     args = parser.parse_args()
-    if args.access:
-        access_cost(args.requests)
-        return
-    if args.recording:
-        recording_cost(args.requests, args.recording)
-        return
-    sim_cfg = make_sim_config({"bench": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 4000,
-                                         "output_tokens": 16, "capacity": 1000, "slowdown_per_user": 0}})
-    with SimProcess(sim_cfg) as sim:
-        catalogue = catalogue_for(sim, {"bench": [{"sim": "bench"}]})
-        with GatewayProcess(catalogue) as gw:
-            direct = sim.base_url("bench") + "/chat/completions"
-            via = gw.base_url + "/chat/completions"
-            print(f"{'mode':<22}{'conc':>5}{'direct p50':>12}{'gw p50':>10}{'added p50':>11}"
-                  f"{'direct p99':>12}{'gw p99':>10}{'added p99':>11}{'gw CPU/req':>12}")
-            for stream in (False, True):
-                for concurrency in (1, 50):
-                    d = asyncio.run(run(direct, stream, concurrency, args.requests))
-                    cpu0 = cpu_seconds(gw.proc.pid)  # type: ignore[union-attr]
-                    g = asyncio.run(run(via, stream, concurrency, args.requests))
-                    cpu = (cpu_seconds(gw.proc.pid) - cpu0) / (args.requests + 20)  # type: ignore[union-attr]
-                    mode = "stream: first byte" if stream else "non-stream: latency"
-                    ms = 1000
-                    print(f"{mode:<22}{concurrency:>5}{pct(d, .5) * ms:>10.2f}ms{pct(g, .5) * ms:>8.2f}ms"
-                          f"{(pct(g, .5) - pct(d, .5)) * ms:>9.2f}ms{pct(d, .99) * ms:>10.2f}ms"
-                          f"{pct(g, .99) * ms:>8.2f}ms{(pct(g, .99) - pct(d, .99)) * ms:>9.2f}ms"
-                          f"{cpu * 1e6:>9.0f} µs")
-
+    started = time.perf_counter()
+    code = run_bench(args)
+    print(f"({time.perf_counter() - started:.0f} s)")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

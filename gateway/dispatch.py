@@ -17,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.config import Endpoint
@@ -41,7 +40,7 @@ from gateway.retry import RetryBudget
 from gateway.retry import attempts as retry_attempts
 from gateway.telemetry.sample import Outcome
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream import Upstreams, redact
+from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -115,7 +114,7 @@ def _duration_s(text: str) -> float | None:
     return total + float(number) if number else total
 
 
-def _rate_limit_exhausted(headers: httpx.Headers) -> float | None:
+def _rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
     """Seconds until a provider's rate limit resets, when it says none is left (`x-ratelimit-*`)."""
     for kind in ("requests", "tokens"):
         if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
@@ -123,7 +122,7 @@ def _rate_limit_exhausted(headers: httpx.Headers) -> float | None:
     return None
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     value = headers.get("retry-after")
     if value is None:
         return None
@@ -133,14 +132,14 @@ def _retry_after(headers: httpx.Headers) -> float | None:
         return None
 
 
-async def _error_from_response(response: httpx.Response, endpoint: Endpoint) -> UpstreamError:
+async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -> UpstreamError:
     raw = b""
     try:
         async for part in response.aiter_raw():
             raw += part
             if len(raw) > _MAX_ERROR_BODY:
                 break
-    except httpx.HTTPError:
+    except TRANSPORT_ERRORS:
         pass
     finally:
         await response.aclose()
@@ -164,13 +163,13 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
     try:
         async with asyncio.timeout(budget_s):
             response = await upstreams.open(endpoint, body)
+    except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
+        message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
+        raise UpstreamUnreachable(message) from None
     except TimeoutError:
         # Accepted the connection, never answered: the silent endpoint the budget is there for.
         raise UpstreamTimeout(f"no response within {budget_s:.1f} s") from None
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
-        raise UpstreamUnreachable(message) from None
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         # Reset or closed before a response: worth one more try, unlike a refused connection.
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:

@@ -2,12 +2,15 @@
 
 `UpstreamStream` wraps one opened upstream response. `open_gate()` reads until the first token (the
 first-chunk gate: until then nothing has been sent to the client, so the dispatcher may still fail
-over). `batches()` then yields the parsed chunks of each network read, timing them in a `Meter`:
-time to first token, time to first answer token, last token, token counts and `usage`.
+over). `batches()` then yields the events of each network read -- each as its raw `data:` payload and
+its parsed chunk -- timing them in a `Meter`: time to first token, time to first answer token, last
+token, token counts and `usage`.
 
-Two ways out to the client: `sse_body()` re-emits each batch as SSE as soon as it arrives (no
-buffering; `model` rewritten to the public name; the usage chunk dropped if the client did not ask
-for it), and `collect()` assembles a `chat.completion` for clients that did not stream.
+Two ways out to the client: `sse_body()` passes each batch on as soon as it arrives (no buffering),
+as the provider's own bytes: only `model` is changed to the public name (`PublicModel`, a byte
+replace; a chunk it cannot patch safely is re-encoded) and the usage the gateway asked for is taken
+out if the client did not ask for it. `collect()` assembles a `chat.completion` for clients that did
+not stream.
 A failure after the first byte has reached the client is either recovered -- a `resume` callback
 continues the answer on another endpoint, given the text so far -- or ends the stream with an SSE
 `error` event, which the OpenAI SDK raises, never a silent truncation. This stage does not choose
@@ -22,14 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.assemble import CompletionAssembler
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.sse import DONE, DONE_EVENT, SSEDecoder, encode_event
-from gateway.upstream import redact
+from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
 
 
 class StreamBroken(UpstreamError):
@@ -68,6 +70,9 @@ class Meter:
         return (n - 1) / (self.t_last - self.t_first)
 
 
+Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
+
+
 def _error_from_event(error: Any) -> UpstreamError:
     body = error if isinstance(error, dict) else {"message": str(error)}
     code = body.get("code")
@@ -76,30 +81,30 @@ def _error_from_event(error: Any) -> UpstreamError:
 
 
 class UpstreamStream:
-    def __init__(self, endpoint: Endpoint, response: httpx.Response, meter: Meter, stall_s: float) -> None:
+    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float) -> None:
         self.endpoint = endpoint
         self.meter = meter
         self._response = response
         self._reads = response.aiter_raw()
         self._decoder = SSEDecoder()
         self._stall_s = stall_s
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[Event] = []
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
         self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
 
-    async def _read(self, timeout_s: float) -> list[dict[str, Any]] | None:
+    async def _read(self, timeout_s: float) -> list[Event] | None:
         """One network read, parsed and metered; None at the end of the stream."""
         try:
             async with asyncio.timeout(timeout_s):
                 raw = await anext(self._reads)
         except StopAsyncIteration:
             return None
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise StreamBroken(f"upstream connection failed mid-stream: {type(exc).__name__}") from None
         now = time.perf_counter()
         meter = self.meter
-        chunks: list[dict[str, Any]] = []
+        chunks: list[Event] = []
         for payload in self._decoder.feed(raw):
             if payload == DONE:
                 meter.done = True
@@ -126,7 +131,7 @@ class UpstreamStream:
                         meter.t_first_answer = now
             if chunk.get("usage"):
                 meter.usage = chunk["usage"]
-            chunks.append(chunk)
+            chunks.append((payload, chunk))
         return chunks
 
     async def open_gate(self, budget_s: float) -> None:
@@ -147,7 +152,7 @@ class UpstreamStream:
         if self.meter.t_first is None and not self._pending:
             raise UpstreamError("upstream closed the stream without a response", status=502)
 
-    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+    async def batches(self) -> AsyncIterator[list[Event]]:
         if self._pending:
             pending, self._pending = self._pending, []
             yield pending
@@ -180,14 +185,14 @@ def _answer_text(chunk: dict[str, Any]) -> str:
     return "".join((c.get("delta") or {}).get("content") or "" for c in choices if c.get("index", 0) == 0)
 
 
-async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[dict[str, Any]]]:
+async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[Event]]:
     """The stream's chunks; when it breaks mid-way, continue on another endpoint if `resume` finds one
     (it is given the answer text so far and returns the continuation's stream), else raise."""
     delivered: list[str] = []
     while True:
         try:
             async for chunks in stream.batches():
-                delivered += [_answer_text(c) for c in chunks]
+                delivered += [_answer_text(chunk) for _, chunk in chunks]
                 yield chunks
             return
         except GatewayError as err:
@@ -204,23 +209,61 @@ async def sse_body(
 ) -> AsyncIterator[bytes]:
     """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer`, an
     extra event such as the gateway's metadata) or with an `error` event."""
+    public = PublicModel(model)
     try:
-        async for chunks in _chunks(stream, resume):
+        async for events in _chunks(stream, resume):
             out = []
-            for chunk in chunks:
+            for payload, chunk in events:
                 if not include_usage and "usage" in chunk:
                     if not chunk.get("choices"):
                         continue  # the usage-only chunk the gateway asked for, not the client
-                    del chunk["usage"]
-                chunk["model"] = model
-                out.append(encode_event(orjson.dumps(chunk)))
+                    out.append(public.without_usage(payload, chunk))
+                else:
+                    out.append(public(payload, chunk))
             if out:
-                yield b"".join(out)
+                yield b"data: " + b"\n\ndata: ".join(out) + b"\n\n"
     except GatewayError as err:
         # Bytes have already reached the client: no failover now, and no fake clean finish either.
         yield error_event(err)
         return
     yield trailer + DONE_EVENT if trailer else DONE_EVENT
+
+
+_NULL_USAGE = b',"usage":null'
+
+
+class PublicModel:
+    """Gives a chunk the public model name without re-encoding it: the provider's compact
+    `"model":"<its name>"` is replaced in the bytes when it occurs exactly once (a JSON string value
+    cannot contain it unescaped, so once means the chunk's own field). A chunk that has no `model`,
+    or where the pattern is missing or repeated, is re-encoded, as every chunk used to be."""
+
+    __slots__ = ("_from", "_pattern", "_target", "model")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._target = b'"model":' + orjson.dumps(model)
+        self._from: object = None
+        self._pattern = b""
+
+    def __call__(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
+        upstream = chunk.get("model")
+        if upstream == self.model:
+            return payload
+        if upstream is not None and upstream != self._from and isinstance(upstream, str):
+            self._from, self._pattern = upstream, b'"model":' + orjson.dumps(upstream)
+        if upstream == self._from and payload.count(self._pattern) == 1:
+            return payload.replace(self._pattern, self._target)
+        chunk["model"] = self.model
+        return orjson.dumps(chunk)
+
+    def without_usage(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
+        """The chunk without its `usage` field (most often `"usage":null`, as OpenAI sends it)."""
+        if chunk["usage"] is None and payload.count(_NULL_USAGE) == 1:
+            return self(payload.replace(_NULL_USAGE, b""), chunk)
+        del chunk["usage"]
+        chunk["model"] = self.model
+        return orjson.dumps(chunk)
 
 
 def error_event(err: GatewayError) -> bytes:
@@ -230,7 +273,7 @@ def error_event(err: GatewayError) -> bytes:
 async def collect(stream: UpstreamStream, model: str, resume: Resume | None = None) -> dict[str, Any]:
     """Read the whole stream and assemble a `chat.completion`."""
     assembler = CompletionAssembler()
-    async for chunks in _chunks(stream, resume):
-        for chunk in chunks:
+    async for events in _chunks(stream, resume):
+        for _, chunk in events:
             assembler.add(chunk)
     return assembler.result(model)
