@@ -335,7 +335,7 @@ class Dispatcher:
                 if stream.exhausted_for_s is not None:
                     self.health.cool_down(endpoint, stream.exhausted_for_s)  # served, but the next must wait
                 return stream, started_at, in_flight
-        raise AssertionError("unreachable: tenacity re-raises the last failure")
+        raise AssertionError("unreachable: Attempts raises the last failure")
 
     def _failed(self, endpoint: Endpoint, meter: Meter, err: GatewayError, started_at: float, in_flight: int,
                 attempts: list[Attempt]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.access.keys import ApiKey
 from gateway.context import RequestContext
@@ -159,6 +159,20 @@ async def unless_disconnected(work: Coroutine[Any, Any, Response],
         watcher.cancel()
 
 
+class EventStream(StreamingResponse):
+    """A `StreamingResponse` whose body is sent from the request's own task, abandoned (and so its
+    upstream closed) when the client hangs up: `unless_disconnected` watches for that, as it does
+    before the response starts. Starlette's own way -- an anyio task group per response, since
+    uvicorn speaks ASGI 2.3 -- cost ~8% of a stream's CPU."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def body() -> Response:
+            await self.stream_response(send)
+            return self
+
+        await unless_disconnected(body(), receive)
+
+
 async def _collect_json(serving: Serving) -> dict[str, Any]:
     failure: GatewayError | None = None
     cancelled = False
@@ -192,8 +206,8 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
         if metadata is not None:
             trailer = encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
                                                  "choices": [], "ultraroute": metadata}))
-        return StreamingResponse(_relay_stream(serving, trailer), media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
+        return EventStream(_relay_stream(serving, trailer), media_type="text/event-stream",
+                           headers={**headers, "cache-control": "no-cache"})
     completion = await _collect_json(serving)
     completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
     if metadata is not None:
@@ -226,6 +240,6 @@ async def handle(request: Request, services: Services, request_id: str) -> Respo
     """admit -> parse -> resolve -> select -> dispatch -> relay -> record."""
     ctx = await plan_request(request, services, request_id)
     ctx = replace(ctx, limit_headers=tuple(services.access.admit(ctx.client).items()))
-    # Until the response starts, only this watcher notices a client that hangs up; once a stream
-    # has started, Starlette's StreamingResponse does the same.
+    # Until the response starts, this watcher notices a client that hangs up; once a stream has
+    # started, `EventStream` does the same.
     return await unless_disconnected(_serve(ctx, services), request.receive)

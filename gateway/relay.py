@@ -181,8 +181,13 @@ Resume = Callable[[UpstreamStream, str], Awaitable["UpstreamStream | None"]]
 
 
 def _answer_text(chunk: dict[str, Any]) -> str:
-    choices = chunk.get("choices") or ()
-    return "".join((c.get("delta") or {}).get("content") or "" for c in choices if c.get("index", 0) == 0)
+    text = ""
+    for choice in chunk.get("choices") or ():
+        if choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            if delta and delta.get("content"):
+                text += delta["content"]
+    return text
 
 
 async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[Event]]:
