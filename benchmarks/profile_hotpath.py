@@ -32,6 +32,8 @@ from overhead import BODY, Proc, _cores, start_gateway, write_catalogue  # noqa:
 
 from tests.harness import free_port  # noqa: E402
 
+# Leaf frames of threads that wait: py-spy (non-blocking) can count them as active; they are not CPU.
+IDLE_LEAVES = ("Condition.wait (", "Event.wait (", "QueueListener.dequeue (", "SimpleQueue.get (")
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>.*?)(?::\d+)?\)$")
 PACKAGES = ("gateway", "httpx", "httpcore", "h11", "anyio", "aiohttp", "httpx_aiohttp", "starlette", "fastapi",
             "uvicorn", "asyncio", "tenacity", "contextlib", "logging", "prometheus_client", "orjson", "pydantic",
@@ -50,14 +52,20 @@ def summarise(raw: Path, top: int) -> None:
     self_by_pkg: collections.Counter[str] = collections.Counter()
     self_by_func: collections.Counter[str] = collections.Counter()
     incl_by_func: collections.Counter[str] = collections.Counter()
-    total = 0
+    total = idle = 0
+    by_thread: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack:
             continue
         n = int(count)
         frames = stack.split(";")
+        if any(frames[-1].startswith(leaf) for leaf in IDLE_LEAVES):
+            idle += n
+            continue
         total += n
+        by_thread["event loop (main thread)" if "MainThread" in frames[0] or "main" in frames[0].lower()
+                  else "other threads"] += n
         leaf = _FRAME.match(frames[-1])
         name = f"{leaf['func']} ({leaf['file']})" if leaf else frames[-1]
         self_by_func[name] += n
@@ -69,7 +77,10 @@ def summarise(raw: Path, top: int) -> None:
             if key not in seen:
                 seen.add(key)
                 incl_by_func[key] += n
-    print(f"\n{total} samples (all threads, idle excluded)\n\nself time by package:")
+    print(f"\n{total} samples (all threads; {idle} more in thread waits left out)")
+    for thread, n in by_thread.most_common():
+        print(f"  {100 * n / total:5.1f}%  {thread}")
+    print("\nself time by package:")
     for pkg, n in self_by_pkg.most_common(top):
         print(f"  {100 * n / total:5.1f}%  {pkg}")
     print("\ntop functions, self time:")
