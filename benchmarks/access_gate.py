@@ -4,7 +4,7 @@ Run by hand: `.venv/bin/python benchmarks/access_gate.py`. One key with an allow
 tokens per minute and a budget, so every check runs; the key ring and ledger are in memory, as on
 the request path (Redis is only touched by the background tasks). Prints µs per request for a known
 key, and for a wrong key once the store has been reloaded recently (the flood case). The end-to-end
-comparison, open mode versus keyed, is `benchmarks/overhead.py --access` (noisier: ±10% of ~4 ms).
+comparison is the "gateway full" rows of `benchmarks/overhead.py` (a key, Redis telemetry and metrics on).
 """
 
 from __future__ import annotations

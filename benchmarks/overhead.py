@@ -9,7 +9,7 @@ One run, on loopback, starts:
   - the gateway (`ultraroute serve`), plain (open mode, memory telemetry), with 1 and -- once `serve
     --workers` exists -- 2 workers;
   - the gateway "full": Redis telemetry (REDIS_URL), a client key checked on every request, and
-    Prometheus scraping `/metrics` every second.
+    Prometheus scraping `/metrics` every 5 s, as deploy/prometheus/prometheus.yml does.
 The gateways and the reference are pinned to one core, the load generator (`loadgen.py`, raw asyncio)
 and the stub to the other. For concurrency 1, 8 and 64, non-streaming and streaming, every target is
 driven back to back; the table prints latency p50/p99 (for streams: time to the first body byte, i.e.
@@ -172,8 +172,9 @@ def start_gateway(name: str, catalogue: Path, cores: set[int], workers: int, ful
 
 
 @contextlib.contextmanager
-def scraping(port: int, every_s: float = 1.0) -> Iterator[None]:
-    """Prometheus's part: GET /metrics every second while the block runs."""
+def scraping(port: int, every_s: float = 5.0) -> Iterator[None]:
+    """Prometheus's part: GET /metrics every 5 s (deploy/prometheus/prometheus.yml's interval) while
+    the block runs. One scrape costs the gateway milliseconds of CPU, so the interval matters."""
     stop = threading.Event()
 
     def scrape() -> None:

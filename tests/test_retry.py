@@ -41,3 +41,33 @@ async def test_attempts_tries_twice_at_most() -> None:
                 calls.append(1)
                 raise UpstreamError("boom", status=500)
     assert len(calls) == 2
+
+
+async def test_attempts_stop_after_a_success_or_a_failure_not_worth_a_second_try() -> None:
+    budget = RetryBudget()
+    calls = []
+    async for attempt in attempts("e", has_alternatives=True, budget=budget):
+        with attempt:
+            calls.append(1)
+    assert len(calls) == 1  # a try that does not raise ends the loop
+    with pytest.raises(UpstreamError) as info:
+        async for attempt in attempts("e", has_alternatives=True, budget=budget):
+            with attempt:
+                calls.append(2)
+                raise UpstreamError("unavailable", status=503)
+    assert calls == [1, 2] and info.value.status == 503
+
+
+async def test_a_retry_is_announced_and_drawn_from_the_budget() -> None:
+    budget = RetryBudget(ratio=0.0)  # one initial token, none deposited
+    seen: list[int] = []
+    for expected_tries in (2, 1):  # the token pays for one retry; the next failure is final at once
+        tries = 0
+        with pytest.raises(UpstreamError):
+            async for attempt in attempts("e", has_alternatives=True, budget=budget,
+                                          on_retry=lambda err: seen.append(err.status)):
+                with attempt:
+                    tries += 1
+                    raise UpstreamError("boom", status=502)
+        assert tries == expected_tries
+    assert seen == [502]
