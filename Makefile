@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# llm-katan: a real third-party OpenAI-compatible server for tests/test_e2e_third_party.py. Installed
+# apart (--target, its deps are ours already): its wheel ships a top-level `tests` package that would
+# shadow this project's `tests` if it went into the venv's site-packages.
+KATAN := $(VENV)/third-party/llm_katan
 
 .PHONY: install demo test lint bench clean
 
@@ -12,12 +16,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(KATAN): $(STAMP)
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/third-party llm-katan==0.22.0
+
+install: $(STAMP) $(KATAN)
 
 demo: $(STAMP)
 	$(BIN)/ultraroute demo
 
-test: $(STAMP)
+test: $(STAMP) $(KATAN)
 	$(BIN)/pytest
 
 lint: $(STAMP)

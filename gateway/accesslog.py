@@ -1,11 +1,12 @@
 """Structured access log: one JSON line per chat completion, on the logger `ultraroute.access`.
 
 Does: build the line for a served request (`served()`, from the pipeline's `finish()`, with the
-served attempt's sample) or for one that failed with no served attempt (`failed()`, from the app's
-error rendering); append it to a buffer that a background thread writes out in batches (every
-`FLUSH_S`), so the write to stdout never happens on the event loop and a request costs no thread
-wake-up. (A `QueueHandler` per line woke the writer thread for every request: ~20% of the gateway's
-CPU under load, most of it the two threads trading the GIL.)
+served attempt's sample), for one that failed with no served attempt (`failed()`, from the app's
+error rendering), or for a background probe of an open circuit (`probe()`, marked `"probe": true`);
+append it to a buffer that a background thread writes out in batches (every `FLUSH_S`), so the
+write to stdout never happens on the event loop and a request costs no thread wake-up. (A
+`QueueHandler` per line woke the writer thread for every request: ~20% of the gateway's CPU under
+load, most of it the two threads trading the GIL.)
 Does not: log prompt or completion text, headers, or anything that could hold a key. Nothing here
 reads the request body; the fields are ids, figures and bounded labels.
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
+from gateway.config import Endpoint
 from gateway.errors import AllCandidatesFailed, GatewayError
 from gateway.telemetry.sample import AttemptSample
 
@@ -97,9 +99,10 @@ class AccessLog:
 
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
-               failure: BaseException | None, key_id: str | None = None) -> None:
+               failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False) -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
-        `key_id`: the client key's id (never its secret), None in open mode."""
+        `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
+        upstream sent no usage, so the tokens are the gateway's estimate."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -125,23 +128,44 @@ class AccessLog:
             "tokens": {"input": sample.input_tokens, "cached_input": sample.cached_input_tokens,
                        "output": sample.output_tokens, "reasoning": sample.reasoning_tokens},
             "cost_usd": round(sample.cost_usd, 8),
+            "usage_estimated": usage_estimated,
         })
 
-    def failed(self, request_id: str, err: GatewayError) -> None:
-        """A request no endpoint served: rejected before routing, or every candidate failed."""
+    def failed(self, request_id: str, err: GatewayError, model: str | None = None) -> None:
+        """A request no endpoint served: rejected before routing, or every candidate failed. `model`:
+        as the request named it, None when it was refused before its body was read."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
             return
         failures = err.failures if isinstance(err, AllCandidatesFailed) else []
         self._emit({
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "request_id": request_id,
-            "model": None,
+            "model": model,
             "endpoint": failures[-1][0] if failures else None,
             "attempts": len(failures),
             "fallback": [{"endpoint": endpoint_id, "reason": e.metric_label} for endpoint_id, e in failures],
             "status": err.status,
             "outcome": "error",
             "error": err.metric_label,
+        })
+
+    def probe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
+        """A background probe of an open circuit (health_probe.py): not a client request, so no
+        request id or key; `"probe": true` tells it apart."""
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        self._emit({
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "probe": True,
+            "model": endpoint.model,
+            "endpoint": endpoint.id,
+            "provider": endpoint.provider.name,
+            "tier": endpoint.tier.value,
+            "status": sample.status,
+            "outcome": sample.outcome.value,
+            "ttft_ms": _ms(sample.ttft_s),
+            "duration_ms": _ms(sample.e2e_s),
+            "cost_usd": round(sample.cost_usd, 8),
         })
 
     def _emit(self, entry: dict[str, Any]) -> None:

@@ -116,21 +116,22 @@ def render_error(err: GatewayError) -> Response:
                     headers=err.headers())
 
 
-def completion_failed(services: Services, request_id: str, err: GatewayError) -> Response:
-    """A completion request that ends in an error: its access-log line, the rejection metric (upstream
-    failures are counted per attempt), and the error response."""
-    services.access_log.failed(request_id, err)
+def completion_failed(services: Services, request_id: str, err: GatewayError, model: str | None) -> Response:
+    """A completion request that ends in an error: its access-log line (naming the model asked for,
+    once the body was parsed), the rejection metric (upstream failures are counted per attempt), and
+    the error response."""
+    services.access_log.failed(request_id, err, model)
     if not isinstance(err, UpstreamError | AllCandidatesFailed):
         services.metrics.rejected(err.metric_label)
     return render_error(err)
 
 
-def completion_crashed(services: Services | None, request_id: str | None) -> Response:
+def completion_crashed(services: Services | None, request_id: str | None, model: str | None) -> Response:
     """A bug: logged with its traceback, answered with a plain 500 (and an access-log line)."""
     log.exception("unhandled error in request %s", request_id)
     err = GatewayError("Internal error in the gateway.")
     if services is not None:
-        services.access_log.failed(str(request_id), err)
+        services.access_log.failed(str(request_id), err, model)
     return render_error(err)
 
 
@@ -159,7 +160,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
         if request.url.path == "/v1/chat/completions":
-            return completion_failed(services_of(request), request.scope["state"]["request_id"], exc)
+            state = request.scope["state"]
+            return completion_failed(services_of(request), state["request_id"], exc, state.get("model"))
         return render_error(exc)
 
     @app.exception_handler(StarletteHTTPException)
@@ -184,8 +186,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         completion = request.url.path == "/v1/chat/completions"
-        return completion_crashed(services_of(request) if completion else None,
-                                  request.scope.get("state", {}).get("request_id"))
+        state = request.scope.get("state", {})
+        return completion_crashed(services_of(request) if completion else None, state.get("request_id"),
+                                  state.get("model"))
 
     app.include_router(admin_router(config.catalogue, config.policies))
 
@@ -203,9 +206,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         try:
             response = await pipeline.handle(Request(scope, receive), services, request_id)
         except GatewayError as exc:
-            response = completion_failed(services, request_id, exc)
+            response = completion_failed(services, request_id, exc, scope["state"].get("model"))
         except Exception:
-            response = completion_crashed(services, request_id)
+            response = completion_crashed(services, request_id, scope["state"].get("model"))
         await response(scope, receive, send)
 
     app.fast_routes = {("POST", "/v1/chat/completions"): completions}

@@ -92,6 +92,9 @@ class EndpointFile(_Frozen):
     extra_body: dict[str, Any] = Field(default_factory=dict)  # merged into the upstream body
     slo: SloFile | None = None
     first_token_budget_s: float | None = Field(default=None, gt=0)  # fixed; default: from live p90
+    # False for a server that ignores `stream_options.include_usage` (llama.cpp's): the gateway then
+    # does not ask for usage and estimates it at once, without warning that none came.
+    stream_usage: bool = True
 
     @model_validator(mode="after")
     def _one_pricing_kind(self) -> EndpointFile:
@@ -131,8 +134,26 @@ class GatewayFile(_Frozen):
     limits_sync_s: float = Field(default=0.25, gt=0, le=10)  # how often replicas share usage for limits
 
 
+class HealthFile(_Frozen):
+    """Optional `health:` section: recovering endpoints whose circuit is open."""
+
+    probe: bool = True  # probe open circuits in the background (a 1-token completion)
+    probe_interval_s: float = Field(default=5.0, gt=0, le=300)  # between probes of one endpoint, jittered
+    max_open_s: float = Field(default=60.0, gt=0)  # failed probes keep a circuit open at most this long
+
+
+class RetryFile(_Frozen):
+    """Optional `retry:` section."""
+
+    # A 429 whose retry-after is this short, on the last endpoint of a model, is waited for and tried
+    # once more before the next model in `models`.
+    max_wait_s: float = Field(default=5.0, ge=0, le=60)
+
+
 class CatalogueFile(_Frozen):
     gateway: GatewayFile = Field(default_factory=GatewayFile)
+    health: HealthFile = Field(default_factory=HealthFile)
+    retry: RetryFile = Field(default_factory=RetryFile)
     providers: dict[str, ProviderFile]
     models: dict[str, ModelFile]
 
@@ -173,6 +194,7 @@ class Endpoint:
     extra_body: Mapping[str, Any]
     slo: SloFile | None = None
     first_token_budget_s: float | None = None
+    stream_usage: bool = True
 
     @property
     def available(self) -> bool:
@@ -202,6 +224,8 @@ class Config:
     catalogue: Catalogue
     policies: PolicySet
     gateway: GatewayFile = field(default_factory=GatewayFile)
+    health: HealthFile = field(default_factory=HealthFile)
+    retry: RetryFile = field(default_factory=RetryFile)
     redis_url: str | None = None
     source: str = "providers.yaml"
     open_access: bool = False  # no client keys: only with `serve --open` or ULTRAROUTE_OPEN=1
@@ -278,6 +302,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     extra_body=dict(e.extra_body),
                     slo=e.slo,
                     first_token_budget_s=e.first_token_budget_s,
+                    stream_usage=e.stream_usage,
                 )
             )
         models[model_name] = tuple(endpoints)
@@ -310,7 +335,8 @@ def load_config(
     Environment: provider keys (by the names the catalogue gives), `REDIS_URL`, `ULTRAROUTE_OPEN=1`
     (same as `open_access`), `ULTRAROUTE_ADMIN_KEY`."""
     env = os.environ if env is None else env
-    catalogue, gateway = load_catalogue(catalogue_path, env)
+    file = parse_catalogue(read_yaml(catalogue_path), catalogue_path.name)
+    catalogue, gateway = build_catalogue(file, catalogue_path.name, env), file.gateway
     policies = load_policies(policies_dir) if policies_dir is not None else PolicySet.builtin()
     admin_key = env.get("ULTRAROUTE_ADMIN_KEY") or None
     if admin_key is not None and len(admin_key) < MIN_ADMIN_KEY_CHARS:
@@ -320,6 +346,8 @@ def load_config(
         catalogue=catalogue,
         policies=policies,
         gateway=gateway,
+        health=file.health,
+        retry=file.retry,
         redis_url=env.get("REDIS_URL") or None,
         source=catalogue_path.name,
         open_access=open_access or env.get("ULTRAROUTE_OPEN", "").lower() in ("1", "true", "yes"),

@@ -1,12 +1,16 @@
 """Stage 4, dispatch: walk the plan until one endpoint passes the first-chunk gate.
 
-One visible loop over the ordered candidates (`Dispatcher.dispatch`). For each: skip it if the
-health board blocks it (open circuit, cool-down, SLO, misconfigured) and say why; otherwise attempt
-it -- send the request (always streaming, with usage), check the status, wait for the first token
-within the endpoint's first-token budget -- once, or twice where `retry.py` says a second try at the
-same endpoint is worth it. A client error returns at once; `context_length_exceeded` moves on to a
-candidate with a larger context; anything else moves on to the next candidate. Every attempt, failed
-or not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every failure.
+One visible loop over the ordered candidates (`Dispatcher.dispatch`): the requested model's
+endpoints, then each fallback model's. For each: skip it if the health board blocks it (open
+circuit, cool-down, SLO, misconfigured) and say why; otherwise attempt it -- send the request (always
+streaming, with usage), check the status, wait for the first token within the endpoint's first-token
+budget -- once, or twice where `retry.py` says a second try at the same endpoint is worth it. A
+client error returns at once; a "this model cannot take it" error (context length: only larger
+windows; an unsupported parameter) moves on, to this model's next endpoint or the next model;
+anything else moves on to the next candidate. Before the loop leaves a model, an endpoint of it that
+answered 429 "come back in a moment" is waited for and tried once more (retry.py decides). Every
+attempt, failed or not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every
+failure. `probe()` is the one attempt made outside any request: the background health probe.
 
 Nothing reaches the client before the gate opens, so failover is invisible to it. Relaying and
 recording the served attempt are the relay's and the pipeline's job.
@@ -17,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,15 +39,25 @@ from gateway.errors import (
     UpstreamUnreachable,
 )
 from gateway.health import HealthBoard
-from gateway.record import Recorder
+from gateway.record import Recorder, make_sample
 from gateway.relay import Meter, StreamBroken, UpstreamStream
-from gateway.retry import RetryBudget
+from gateway.retry import (
+    RetryBudget,
+    come_back_after,
+    exceeds_context,
+    model_cannot_take,
+    rate_limit_exhausted,
+    rate_limit_wait,
+    retry_after,
+)
 from gateway.retry import attempts as retry_attempts
-from gateway.telemetry.sample import Outcome
+from gateway.routing.filters import CHARS_PER_TOKEN
+from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
 
 _MAX_ERROR_BODY = 64 * 1024
+PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +67,7 @@ class DispatchLimits:
     ttft_budget_min_s: float = 2.0
     ttft_budget_max_s: float = 10.0
     deadline_s: float = 600.0
+    max_wait_s: float = 5.0  # retry.max_wait_s: the longest 429 retry-after waited for within a model
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +94,14 @@ def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
     body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
     body["model"] = endpoint.upstream_model
     body["stream"] = True  # always: so time to first token and decode rate are measured for every request
-    body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
+    if endpoint.stream_usage:  # else it would be ignored (or refused): the relay estimates usage
+        body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
     return orjson.dumps(body)
+
+
+def prompt_estimate(request: ChatRequest) -> int:
+    """Input tokens guessed from the request's size, for an upstream that reports no usage."""
+    return -(-request.prompt_chars // CHARS_PER_TOKEN)
 
 
 def outcome_of(err: GatewayError) -> Outcome:
@@ -92,44 +114,6 @@ def outcome_of(err: GatewayError) -> Outcome:
     if isinstance(err, UpstreamMisconfigured) or err.status >= 500:
         return Outcome.SERVER_ERROR
     return Outcome.CLIENT_ERROR
-
-
-def _duration_s(text: str) -> float | None:
-    """OpenAI's reset format ("1s", "6m0s", "250ms") or plain seconds."""
-    total, number = 0.0, ""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            return None
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    return total + float(number) if number else total
-
-
-def _rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
-    """Seconds until a provider's rate limit resets, when it says none is left (`x-ratelimit-*`)."""
-    for kind in ("requests", "tokens"):
-        if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
-            return _duration_s(headers.get(f"x-ratelimit-reset-{kind}", "1s")) or 1.0
-    return None
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -> UpstreamError:
@@ -153,7 +137,7 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
         # Our key is wrong or lacks access: that endpoint is misconfigured; the provider's text may
         # echo the key, so it is not passed on.
         return UpstreamMisconfigured(f"provider rejected the gateway's credentials (HTTP {status})", status)
-    return UpstreamError(message, status=status, body=body, retry_after_s=_retry_after(response.headers))
+    return UpstreamError(message, status=status, body=body, retry_after_s=retry_after(response.headers))
 
 
 async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
@@ -175,13 +159,23 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
     stream = UpstreamStream(endpoint, response, meter, stall_s)
-    stream.exhausted_for_s = _rate_limit_exhausted(response.headers)
+    stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     try:
         await stream.open_gate(max(0.0, deadline - time.perf_counter()))
     except BaseException:
         await stream.aclose()
         raise
     return stream
+
+
+def _too_small(endpoint: Endpoint, too_long: Endpoint | None) -> bool:
+    """After `too_long` said the prompt exceeds its window: whether `endpoint`'s is no larger. An
+    unknown window is taken for the same within a model and for possibly larger in another."""
+    if too_long is None:
+        return False
+    if endpoint.context_length is None or too_long.context_length is None:
+        return endpoint.context_length is None and endpoint.model == too_long.model
+    return endpoint.context_length <= too_long.context_length
 
 
 class CapacityFull(Exception):
@@ -215,33 +209,43 @@ class Dispatcher:
         """Try the plan's candidates in order; return the first that produces a token.
 
         With `hedge_after_ms`, the first attempt that has produced no token by then is joined by one
-        at the next candidate; the first to produce a token serves and the other is cancelled."""
+        at the next candidate; the first to produce a token serves and the other is cancelled.
+        Before leaving a model for the next one in `models`, an endpoint of it that answered 429
+        "come back in a moment" is waited for and tried once more (see retry.py)."""
         attempts: list[Attempt] = []
         failures: list[tuple[str, GatewayError]] = []
         skips: list[Skip] = []
-        deadline = time.perf_counter() + self.limits.deadline_s
-        needs_context: int | None = None  # after context_length_exceeded: only larger windows
+        started = time.perf_counter()
+        deadline = started + self.limits.deadline_s
+        too_long: Endpoint | None = None  # after a context-length error: only larger windows
         hedged: set[str] = set()  # candidates already raced as a hedge
-        candidates = plan.endpoints
-        for i, endpoint in enumerate(candidates):
-            if endpoint.key in hedged:
+        queue = deque(plan.endpoints)
+        back_soon: tuple[Endpoint, float, float] | None = None  # 429 said: wait this long (since when)
+        came_back: set[str] = set()  # each endpoint comes back once per request
+        while queue or back_soon:
+            if back_soon is not None and (not queue or queue[0].model != back_soon[0].model):
+                # Leaving a model (or the plan): first, once, its endpoint that said to come back soon.
+                back, back_soon = back_soon, None
+                if await self._come_back(*back, started, deadline, came_back):
+                    queue.appendleft(back[0])
                 continue
-            if needs_context is not None and (endpoint.context_length or 0) <= needs_context:
+            endpoint = queue.popleft()
+            if endpoint.key in hedged or _too_small(endpoint, too_long):
                 continue
             blocked = self.health.blocked(endpoint)
             if blocked is not None:
                 skips.append(Skip(endpoint.id, endpoint.tier.value, blocked))
+                if blocked == "cooldown" and endpoint.key not in came_back:
+                    back_soon = (endpoint, self.health.cooldown_left(endpoint), time.perf_counter())
                 continue
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 break
-            hedge = None
-            if hedge_after_ms is not None and not attempts and i + 1 < len(candidates):
-                hedge = candidates[i + 1]
+            hedge = queue[0] if hedge_after_ms is not None and not attempts and queue else None
             try:
                 if hedge is None:
                     stream, started_at, in_flight = await self._attempt_endpoint(
-                        request, endpoint, has_alternatives=i < len(candidates) - 1, attempts=attempts,
+                        request, endpoint, attempts=attempts,
                         budget_s=min(self.first_token_budget(endpoint), remaining))
                 else:
                     stream, started_at, in_flight = await self._hedge(
@@ -252,10 +256,12 @@ class Dispatcher:
                 continue
             except GatewayError as err:
                 failures.append((endpoint.id, err))
-                if err.code == "context_length_exceeded":
-                    needs_context = endpoint.context_length or 0
-                    continue
-                if outcome_of(err) is Outcome.CLIENT_ERROR:
+                wait_s = rate_limit_wait(err)
+                if wait_s is not None and endpoint.key not in came_back:
+                    back_soon = (endpoint, wait_s, time.perf_counter())
+                if exceeds_context(err):
+                    too_long = endpoint
+                elif outcome_of(err) is Outcome.CLIENT_ERROR and not model_cannot_take(err):
                     raise  # the request itself is wrong: another endpoint would say the same
                 continue
             return Served(stream, tuple(attempts), started_at, in_flight, tuple(skips))
@@ -265,6 +271,22 @@ class Dispatcher:
         raise UpstreamError(f"No endpoint of '{plan.model}' can take requests now ({reasons}).", status=503,
                             retry_after_s=1.0)
 
+    async def _come_back(self, endpoint: Endpoint, wait_s: float, since: float, started: float, deadline: float,
+                         came_back: set[str]) -> bool:
+        """Wait until `wait_s` after `since` and say yes, if retry.py agrees that `endpoint` is worth
+        trying once more before its model is left: within `max_wait_s`, the request's first-token
+        budget and its deadline."""
+        time_left = min(deadline, started + self.limits.ttft_budget_max_s) - since
+        if not come_back_after(wait_s, endpoint.key, self.budget, self.limits.max_wait_s, time_left):
+            return False
+        came_back.add(endpoint.key)
+        if self.on_retry is not None:
+            self.on_retry(endpoint, UpstreamError("retry-after", status=429))
+        # A little past the end: uvloop's timers may fire a millisecond early, and the cool-down
+        # must be over when the endpoint is asked again.
+        await asyncio.sleep(max(0.0, since + wait_s - time.perf_counter()) + 0.005)
+        return True
+
     async def _hedge(self, request: ChatRequest, first: Endpoint, second: Endpoint, after_s: float,
                      attempts: list[Attempt], remaining: float, hedged: set[str]) -> tuple[UpstreamStream, float, int]:
         """Race `first` against `second`, started `after_s` later if `first` has no token by then
@@ -273,7 +295,7 @@ class Dispatcher:
         def start(endpoint: Endpoint) -> asyncio.Task[tuple[UpstreamStream, float, int]]:
             budget = min(self.first_token_budget(endpoint), remaining)
             return asyncio.ensure_future(self._attempt_endpoint(
-                request, endpoint, has_alternatives=True, attempts=attempts, budget_s=budget))
+                request, endpoint, attempts=attempts, budget_s=budget))
 
         racing = [start(first)]
         done, _ = await asyncio.wait(racing, timeout=after_s)
@@ -310,18 +332,18 @@ class Dispatcher:
         continued = replace(request, body={**request.body, "messages": messages})
         return await self.dispatch(continued, replace(plan, candidates=candidates))
 
-    async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *, has_alternatives: bool,
+    async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
                                 attempts: list[Attempt], budget_s: float) -> tuple[UpstreamStream, float, int]:
         """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
         body = upstream_body(request, endpoint)
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
-        async for attempt in retry_attempts(endpoint.key, has_alternatives, self.budget, on_retry):
+        async for attempt in retry_attempts(endpoint.key, self.budget, on_retry):
             with attempt:
                 if not await self.capacity.acquire(endpoint, request.priority):
                     raise CapacityFull()
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
-                meter = Meter(t_sent=time.perf_counter())
+                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
                 try:
                     stream = await _open(self.upstreams, endpoint, body, meter, budget_s,
                                          self.limits.stall_timeout_s)
@@ -347,3 +369,27 @@ class Dispatcher:
             self.health.misconfigured(endpoint, err.upstream_status)
         elif err.status == 429:
             self.health.cool_down(endpoint, err.retry_after_s if err.retry_after_s is not None else 1.0)
+
+    async def probe(self, endpoint: Endpoint) -> AttemptSample:
+        """A 1-token completion outside any client request (`health_probe.py`): within the endpoint's
+        first-token budget, recorded in telemetry and costed, but not as a client attempt (no
+        in-flight count, no capacity slot, no breaker observation: the prober reports the result)."""
+        request = ChatRequest(request_id="probe", body=PROBE_BODY, model=endpoint.model, stream=True,
+                              include_usage=False, prompt_chars=len("ping"))
+        meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
+        started_at = time.time()
+        in_flight = self.telemetry.in_flight(endpoint.key)
+        try:
+            stream = await _open(self.upstreams, endpoint, upstream_body(request, endpoint), meter,
+                                 self.first_token_budget(endpoint), self.limits.stall_timeout_s)
+            try:
+                async for _ in stream.batches():
+                    pass
+            finally:
+                await stream.aclose()
+            outcome, status = Outcome.OK, 200
+        except GatewayError as err:
+            outcome, status = outcome_of(err), err.status
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight)
+        self.telemetry.record(sample)
+        return sample

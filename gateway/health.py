@@ -7,7 +7,10 @@ blocked endpoint without an attempt and names the reason in the fallback header.
 
 Breaker: `failure_threshold` consecutive failures, or an error rate above `error_rate_threshold`
 over the last `window` outcomes, opens the circuit for `open_s`; then one request at a time is let
-through as a probe (half-open); a success closes it, a failure opens it again. SLO: an endpoint whose
+through as a probe (half-open); a success closes it, a failure opens it again. While a circuit is
+open for errors, `health_probe.Prober` asks the endpoint in the background (`begin_probe`,
+`end_probe`): a successful probe closes the circuit at once, a failed one keeps it open -- never
+longer than `max_open_s` in all, after which a client request is the half-open probe again. SLO: an endpoint whose
 recent TTFT (EWMA over its last few requests) is above its catalogue `slo.ttft_ms`, or whose decode
 rate is below `slo.decode_tps`, is demoted like an open circuit; the probe after `open_s` is judged
 against the SLO too.
@@ -42,6 +45,7 @@ class BreakerSettings:
     window: int = 20  # outcomes the error rate is taken over
     open_s: float = 30.0
     max_cooldown_s: float = 60.0  # a retry-after longer than this is capped
+    max_open_s: float = 60.0  # failed background probes keep a circuit open at most this long
 
 
 @dataclass(slots=True)
@@ -49,6 +53,7 @@ class _State:
     consecutive: int = 0
     recent: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failure
     open_until: float = 0.0
+    opened_at: float = 0.0  # when this open period began (a failed half-open request starts a new one)
     open_reason: str = ""
     probing: bool = False
     cooldown_until: float = 0.0
@@ -90,6 +95,11 @@ class HealthBoard:
                 return state.open_reason
             state.probing = True  # half-open: this request is the probe
         return None
+
+    def cooldown_left(self, endpoint: Endpoint) -> float:
+        """Seconds until a 429's cool-down ends (0 when there is none)."""
+        state = self._states.get(endpoint.key)
+        return max(0.0, state.cooldown_until - self._clock()) if state is not None else 0.0
 
     def is_open(self, endpoint: Endpoint) -> bool:
         state = self._states.get(endpoint.key)
@@ -133,6 +143,34 @@ class HealthBoard:
                       endpoint.provider.name, status, endpoint.key)
         state.misconfigured = True
 
+    # -- background probes (health_probe.py) ---------------------------------------------------
+    def wants_probe(self, endpoint: Endpoint) -> bool:
+        """Open for errors (not for its SLO, not misconfigured) and no probe in flight."""
+        state = self._states.get(endpoint.key)
+        return bool(state is not None and state.open_until and state.open_reason == "circuit_open"
+                    and not state.probing and not state.misconfigured)
+
+    def begin_probe(self, endpoint: Endpoint) -> bool:
+        """Claim the endpoint for a background probe; no client request is let through meanwhile."""
+        if not self.wants_probe(endpoint):
+            return False
+        self._states[endpoint.key].probing = True
+        return True
+
+    def end_probe(self, endpoint: Endpoint, ok: bool) -> None:
+        """A successful probe closes the circuit; a failed one keeps it open, up to `max_open_s`."""
+        state = self._state(endpoint.key)
+        state.probing = False
+        if not state.open_until:
+            return
+        if ok:
+            self._close(endpoint, state)
+            return
+        until = min(self._clock() + self.settings.open_s, state.opened_at + self.settings.max_open_s)
+        if until > state.open_until:
+            self._changes[endpoint.key] = (state.open_reason, time.time() + until - self._clock())
+            state.open_until = until
+
     # -- sharing with other replicas (see health_share.py) --------------------------------------
     def take_changes(self) -> dict[str, tuple[str | None, float]]:
         changes, self._changes = self._changes, {}
@@ -152,6 +190,8 @@ class HealthBoard:
             state.cooldown_until = max(state.cooldown_until, until)
         elif until > state.open_until and not state.probing:
             first = not state.open_until
+            if first:
+                state.opened_at = self._clock()
             state.open_until, state.open_reason = until, reason
             if first and self.on_change is not None:
                 self.on_change(endpoint, True)
@@ -187,13 +227,15 @@ class HealthBoard:
 
     def _open(self, endpoint: Endpoint, state: _State, reason: str) -> None:
         first = not state.open_until
-        state.open_until = self._clock() + self.settings.open_s
+        open_s = min(self.settings.open_s, self.settings.max_open_s)
+        state.opened_at = self._clock()
+        state.open_until = state.opened_at + open_s
         state.open_reason = reason
         state.ewma_ttft_ms = state.ewma_tps = None  # the probe is judged on its own figures
         state.slo_samples = 0
-        self._changes[endpoint.key] = (reason, time.time() + self.settings.open_s)
+        self._changes[endpoint.key] = (reason, time.time() + open_s)
         if first:
-            log.warning("endpoint %s demoted (%s) for %.0f s", endpoint.key, reason, self.settings.open_s)
+            log.warning("endpoint %s demoted (%s) for %.0f s", endpoint.key, reason, open_s)
             if self.on_change is not None:
                 self.on_change(endpoint, True)
 

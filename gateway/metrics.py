@@ -139,6 +139,11 @@ class Metrics:
                                  "budget_exceeded, invalid_request, model_not_found, ...).", ["reason"], registry=r)
         self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
                               by_endpoint, registry=r)
+        self._probes = Counter("ultraroute_probes", "Background probes of open circuits (health_probe.py), by "
+                               "outcome; not client traffic, so not in ultraroute_requests_total.",
+                               [*by_endpoint, "outcome"], registry=r)
+        self._probe_cost = Counter("ultraroute_probe_cost_usd", "What the background probes cost, in USD "
+                                   "(not in ultraroute_cost_usd_total).", by_endpoint, registry=r)
         self._route = Histogram("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
                                 buckets=ROUTE_BUCKETS, registry=r)
         self._scrape = _ScrapeTime(catalogue.endpoints(), in_flight, redis_errors)
@@ -182,6 +187,13 @@ class Metrics:
                 counter.inc(n)
         if sample.cost_usd > 0:
             s.cost.inc(sample.cost_usd)
+
+    def probe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
+        """One background probe (from `health_probe.Prober`)."""
+        labels = (endpoint.model, endpoint.id, endpoint.tier.value)
+        self._probes.labels(*labels, sample.outcome.value).inc()
+        if sample.cost_usd > 0:
+            self._probe_cost.labels(*labels).inc(sample.cost_usd)
 
     def fallback(self, from_tier: str, to_tier: str, reason: str) -> None:
         self._fallbacks.labels(from_tier, to_tier, _reason(reason)).inc()

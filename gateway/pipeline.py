@@ -75,7 +75,7 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
-                                   ctx.client.id if ctx.client is not None else None)
+                                   ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated)
 
 
 class Serving:
@@ -202,16 +202,19 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
     metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
     serving = Serving(services, ctx, served)
     if chat.stream:
-        trailer = None
+        trailer: Callable[[], bytes] | None = None
         if metadata is not None:
-            trailer = encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
-                                                 "choices": [], "ultraroute": metadata}))
+            def metadata_event() -> bytes:  # built at the end: whether usage was estimated is known only then
+                metadata["usage_estimated"] = serving.served.stream.meter.usage_estimated
+                return encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
+                                                  "choices": [], "ultraroute": metadata}))
+            trailer = metadata_event
         return EventStream(_relay_stream(serving, trailer), media_type="text/event-stream",
                            headers={**headers, "cache-control": "no-cache"})
     completion = await _collect_json(serving)
     completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
     if metadata is not None:
-        completion["ultraroute"] = metadata
+        completion["ultraroute"] = {**metadata, "usage_estimated": serving.served.stream.meter.usage_estimated}
     return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
 
 
@@ -220,6 +223,7 @@ def prepare(raw: bytes, request: Request, services: Services, request_id: str,
     """Stages 1-3 (with the model check of stage 0): parse, resolve preferences, select. Pure, no I/O:
     also what `/v1/route` shows."""
     chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway)
+    request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
     services.access.authorize(client, chat)
     started = time.perf_counter()
     prefs = services.resolver(chat, request.headers, client.policy if client is not None else None)

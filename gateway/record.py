@@ -7,6 +7,7 @@ to Redis in the background, never on this path.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from gateway.capacity import Capacity
@@ -17,6 +18,8 @@ from gateway.relay import Meter
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
+
+log = logging.getLogger("ultraroute")
 
 
 def _int(value: object) -> int:
@@ -47,6 +50,7 @@ class Recorder:
         self.health = health
         self.metrics = metrics
         self.capacity = capacity or Capacity()  # the dispatcher acquires, every record() releases
+        self._no_usage: set[str] = set()  # endpoints already reported for sending no usage
 
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
@@ -63,6 +67,10 @@ class Recorder:
         session_key: str | None = None,
     ) -> AttemptSample:
         sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start)
+        if meter.usage_estimated and endpoint.stream_usage and endpoint.key not in self._no_usage:
+            self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
+            log.warning("endpoint %s sent no usage; the gateway estimates it (say `stream_usage: false` "
+                        "in the catalogue if it never does)", endpoint.key)
         self.telemetry.record(sample)
         self.telemetry.end(endpoint.key)
         self.capacity.release(endpoint)

@@ -6,6 +6,11 @@ over). `batches()` then yields the events of each network read -- each as its ra
 its parsed chunk -- timing them in a `Meter`: time to first token, time to first answer token, last
 token, token counts and `usage`.
 
+When the upstream sent no usage (llama.cpp's server ignores `stream_options.include_usage`), the
+meter estimates it at the end (`Meter.settle_usage`): output tokens from the token chunks relayed,
+input tokens from the request's size; the usage object then says `"estimated": true`, a streaming
+client that asked for usage still gets its usage chunk, and cost and budgets use the figure.
+
 Two ways out to the client: `sse_body()` passes each batch on as soon as it arrives (no buffering),
 as the provider's own bytes: only `model` is changed to the public name (`PublicModel`, a byte
 replace; a chunk it cannot patch safely is re-encoded) and the usage the gateway asked for is taken
@@ -55,6 +60,16 @@ class Meter:
     usage: dict[str, Any] | None = None
     malformed: int = 0
     done: bool = False
+    prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
+    usage_estimated: bool = False
+
+    def settle_usage(self) -> None:
+        """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""
+        if self.usage is None and (self.t_first is not None or self.done):
+            output = self.token_chunks
+            self.usage = {"prompt_tokens": self.prompt_estimate, "completion_tokens": output,
+                          "total_tokens": self.prompt_estimate + output, "estimated": True}
+            self.usage_estimated = True
 
     @property
     def output_tokens(self) -> int:
@@ -170,10 +185,12 @@ class UpstreamStream:
                 yield chunks
         self._ended = True
         self.meter.t_end = time.perf_counter()
+        self.meter.settle_usage()
 
     async def aclose(self) -> None:
         if self.meter.t_end is None:
             self.meter.t_end = time.perf_counter()
+        self.meter.settle_usage()
         await self._response.aclose()
 
 
@@ -209,14 +226,17 @@ async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterato
 
 
 async def sse_body(
-    stream: UpstreamStream, model: str, include_usage: bool, trailer: bytes | None = None,
+    stream: UpstreamStream, model: str, include_usage: bool, trailer: Callable[[], bytes] | None = None,
     resume: Resume | None = None,
 ) -> AsyncIterator[bytes]:
-    """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer`, an
-    extra event such as the gateway's metadata) or with an `error` event."""
+    """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer()`, an
+    extra event such as the gateway's metadata, built when the stream has ended) or with an `error`
+    event."""
     public = PublicModel(model)
+    last: dict[str, Any] = {}
     try:
         async for events in _chunks(stream, resume):
+            last = events[-1][1]
             out = []
             for payload, chunk in events:
                 if not include_usage and "usage" in chunk:
@@ -231,7 +251,11 @@ async def sse_body(
         # Bytes have already reached the client: no failover now, and no fake clean finish either.
         yield error_event(err)
         return
-    yield trailer + DONE_EVENT if trailer else DONE_EVENT
+    if include_usage and stream.meter.usage_estimated:  # the usage chunk the upstream did not send
+        yield encode_event(orjson.dumps({"id": last.get("id", ""), "object": "chat.completion.chunk",
+                                         "created": last.get("created", 0), "model": model, "choices": [],
+                                         "usage": stream.meter.usage}))
+    yield trailer() + DONE_EVENT if trailer else DONE_EVENT
 
 
 _NULL_USAGE = b',"usage":null'
@@ -281,4 +305,5 @@ async def collect(stream: UpstreamStream, model: str, resume: Resume | None = No
     async for events in _chunks(stream, resume):
         for _, chunk in events:
             assembler.add(chunk)
+    assembler.usage = assembler.usage or stream.meter.usage  # estimated when the upstream sent none
     return assembler.result(model)

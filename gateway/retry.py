@@ -1,28 +1,38 @@
-"""Retry policy, in one place: when one endpoint is tried again, how long to wait, and how often.
+"""Retry policy, in one place: when one endpoint is tried again, how long to wait, and how often; and
+which failures another endpoint or model may not repeat.
 
 The treatment of each failure, before anything reached the client:
 
-    failure                                   same endpoint again?            then
-    no first token within the budget (hang)   never                           next candidate
-    429, another candidate left               no (cools down until retry-after) next candidate
-    429, none left, retry-after <= 1.5 s      once, after retry-after          the error
+    failure                                   same endpoint again?              then
+    no first token within the budget (hang)   never                             next candidate
+    429                                       not at once (cools down)          next candidate of the model;
+                                              see "come back" below             then the next model
     500 / 502 / 504 / connection reset        once, after a short jittered backoff  next candidate
-    503, connection refused                   no: the endpoint is unavailable  next candidate
-    401 / 403                                 never (endpoint misconfigured)   next candidate
-    400 context_length_exceeded               never                            a larger context, if any
-    other 4xx                                 never                            the error, at once
+    503, connection refused                   no: the endpoint is unavailable   next candidate
+    401 / 403                                 never (endpoint misconfigured)    next candidate
+    4xx "this model cannot take it":          never                             next candidate, any model
+      context length (only larger windows),     (`exceeds_context`, `model_cannot_take`)
+      an unsupported parameter or content
+    4xx content policy, malformed request     never                             the error, at once
 
-Never more than two attempts at one endpoint, within 1.5 s. Retries on the same endpoint also draw on
+Never more than two attempts at one endpoint within 1.5 s. Retries on the same endpoint also draw on
 a per-endpoint retry budget (as Envoy's and Finagle's): each request deposits `ratio` of a retry, so
 a bad moment cannot multiply the load. Failing over to another candidate is not a retry. The backoff
 is tenacity's; the dispatcher only asks `attempts()`.
+
+Come back: another model is another answer. Before the dispatcher leaves a model for the next one in
+`models`, a 429 of that model that said to come back soon (`retry-after` / `retry-after-ms`, or the
+cool-down it started) is waited for and its endpoint tried once more, if the wait is within
+`retry.max_wait_s`, the request's first-token budget and its deadline (`come_back_after`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
 
 from tenacity import RetryCallState, wait_random_exponential
 
@@ -36,7 +46,6 @@ from gateway.errors import (
 
 MAX_ATTEMPTS_PER_ENDPOINT = 2
 WINDOW_S = 1.5  # no more than two attempts at one endpoint within this
-SHORT_RETRY_AFTER_S = 1.5
 SAME_ENDPOINT_STATUSES = frozenset({500, 502, 504})
 _backoff = wait_random_exponential(multiplier=0.05, max=0.4)
 
@@ -60,25 +69,131 @@ class RetryBudget:
         return True
 
 
-def worth_retrying_same(err: BaseException, has_alternatives: bool) -> bool:
-    """Whether one failure at an endpoint calls for a second try at the same endpoint."""
+def worth_retrying_same(err: BaseException) -> bool:
+    """Whether one failure at an endpoint calls for a second try at the same endpoint, at once."""
     if not isinstance(err, UpstreamError) or isinstance(
         err, UpstreamTimeout | UpstreamUnreachable | UpstreamMisconfigured
     ):
         return False
-    if err.status == 429:
-        return (not has_alternatives and err.retry_after_s is not None
-                and err.retry_after_s <= SHORT_RETRY_AFTER_S)
     return err.status in SAME_ENDPOINT_STATUSES
 
 
-def _wait(err: BaseException, number: int) -> float:
-    """Before the second try: the provider's retry-after on a 429, else a short jittered backoff."""
-    if isinstance(err, UpstreamError) and err.status == 429 and err.retry_after_s is not None:
-        return err.retry_after_s
+def _wait(number: int) -> float:
+    """Before the second try: a short jittered backoff (a 429 is never retried at once)."""
     state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]  # the backoff reads attempt_number only
     state.attempt_number = number
     return _backoff(state)
+
+
+# -- what a provider said about when to come back --------------------------------------------
+def duration_s(text: str) -> float | None:
+    """OpenAI's reset format ("1s", "6m0s", "250ms") or plain seconds."""
+    total, number = 0.0, ""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            return None
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    return total + float(number) if number else total
+
+
+def rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
+    """Seconds until a provider's rate limit resets, when it says none is left (`x-ratelimit-*`)."""
+    for kind in ("requests", "tokens"):
+        if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
+            return duration_s(headers.get(f"x-ratelimit-reset-{kind}", "1s")) or 1.0
+    return None
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """`retry-after-ms` (OpenAI's, more precise) or `retry-after` in seconds or as an HTTP date."""
+    with contextlib.suppress(ValueError):
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def come_back_after(wait_s: float | None, endpoint_key: str, budget: RetryBudget, max_wait_s: float,
+                    time_left_s: float) -> bool:
+    """Whether to wait `wait_s` (a 429's retry-after, or what is left of a cool-down) and try that
+    endpoint once more before leaving its model. Draws on the retry budget."""
+    if wait_s is None or wait_s > min(max_wait_s, time_left_s):
+        return False
+    return budget.withdraw(endpoint_key)
+
+
+def rate_limit_wait(err: GatewayError) -> float | None:
+    """How long a 429 said to wait; None for any other failure or a 429 that did not say."""
+    if isinstance(err, UpstreamError) and err.status == 429:
+        return err.retry_after_s
+    return None
+
+
+# -- which 4xx another endpoint or model may not repeat ------------------------------------------
+# From the status plus OpenAI's error `code`/`type` and, for servers that set neither (vLLM,
+# llama.cpp, Anthropic-style messages), words of the message.
+_POLICY_CODES = frozenset({"content_policy_violation", "content_filter", "moderation_blocked",
+                           "safety_violation", "invalid_prompt"})
+_POLICY_WORDS = ("content policy", "content management policy", "safety system", "usage policies",
+                 "flagged by", "moderation")
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error", "string_above_max_length"})
+_CONTEXT_WORDS = ("maximum context length", "context length", "context window", "context size",
+                  "prompt is too long", "too many input tokens", "input is too long")
+_UNSUPPORTED_CODES = frozenset({"unsupported_parameter", "unsupported_value", "unsupported_content_type",
+                                "unsupported_content", "model_not_supported", "image_not_supported"})
+_UNSUPPORTED_WORDS = ("not supported", "unsupported", "does not support", "not a multimodal",
+                      "image input is not", "images are not")
+_MODEL_STATUSES = frozenset({400, 404, 413, 422})
+
+
+def _fields(err: GatewayError) -> tuple[str, str, str]:
+    return str(err.code or "").lower(), str(err.type or "").lower(), err.message.lower()
+
+
+def refused_content(err: GatewayError) -> bool:
+    """A content-policy rejection: any other model would be asked the same; never moved on."""
+    code, type_, message = _fields(err)
+    return (code in _POLICY_CODES or type_ in _POLICY_CODES
+            or (400 <= err.status < 500 and any(w in message for w in _POLICY_WORDS)))
+
+
+def exceeds_context(err: GatewayError) -> bool:
+    """The prompt is too long for this endpoint's context window."""
+    if not isinstance(err, UpstreamError) or err.status not in _MODEL_STATUSES or refused_content(err):
+        return False
+    code, type_, message = _fields(err)
+    return code in _CONTEXT_CODES or type_ in _CONTEXT_CODES or any(w in message for w in _CONTEXT_WORDS)
+
+
+def model_cannot_take(err: GatewayError) -> bool:
+    """"This model cannot take this request" (context length, an unsupported parameter or content
+    type): the next candidate, of this model or the next in `models`, may. Not a malformed request,
+    not a content-policy rejection."""
+    if exceeds_context(err):
+        return True
+    if not isinstance(err, UpstreamError) or err.status not in _MODEL_STATUSES or refused_content(err):
+        return False
+    code, type_, message = _fields(err)
+    return code in _UNSUPPORTED_CODES or type_ in _UNSUPPORTED_CODES or any(w in message for w in _UNSUPPORTED_WORDS)
 
 
 class Attempt:
@@ -108,12 +223,11 @@ class Attempts:
     Plain Python rather than tenacity's `AsyncRetrying`: that builds a call state, actions and
     closures for every request, ~5% of a request's CPU, for a second try that is rare."""
 
-    __slots__ = ("_budget", "_current", "_endpoint_key", "_has_alternatives", "_number", "_on_retry", "_started")
+    __slots__ = ("_budget", "_current", "_endpoint_key", "_number", "_on_retry", "_started")
 
-    def __init__(self, endpoint_key: str, has_alternatives: bool, budget: RetryBudget,
+    def __init__(self, endpoint_key: str, budget: RetryBudget,
                  on_retry: Callable[[GatewayError], None] | None) -> None:
         self._endpoint_key = endpoint_key
-        self._has_alternatives = has_alternatives
         self._budget = budget
         self._on_retry = on_retry
         self._started = time.monotonic()
@@ -131,7 +245,7 @@ class Attempts:
                 raise StopAsyncIteration
             if not self._retry(err):
                 raise err
-            await asyncio.sleep(_wait(err, self._number))
+            await asyncio.sleep(_wait(self._number))
         self._number += 1
         self._current = Attempt()
         return self._current
@@ -139,15 +253,15 @@ class Attempts:
     def _retry(self, err: Exception) -> bool:
         if self._number >= MAX_ATTEMPTS_PER_ENDPOINT or time.monotonic() - self._started >= WINDOW_S:
             return False
-        if not worth_retrying_same(err, self._has_alternatives) or not self._budget.withdraw(self._endpoint_key):
+        if not worth_retrying_same(err) or not self._budget.withdraw(self._endpoint_key):
             return False
         if self._on_retry is not None and isinstance(err, GatewayError):
             self._on_retry(err)
         return True
 
 
-def attempts(endpoint_key: str, has_alternatives: bool, budget: RetryBudget,
+def attempts(endpoint_key: str, budget: RetryBudget,
              on_retry: Callable[[GatewayError], None] | None = None) -> Attempts:
     """`async for attempt in attempts(...): with attempt: ...` tries one endpoint once or twice."""
     budget.deposit(endpoint_key)
-    return Attempts(endpoint_key, has_alternatives, budget, on_retry)
+    return Attempts(endpoint_key, budget, on_retry)

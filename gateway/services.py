@@ -20,6 +20,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.health import BreakerSettings, HealthBoard
+from gateway.health_probe import ProbeLock, Prober
 from gateway.health_share import HealthSharing
 from gateway.metrics import Metrics, store_redis_errors
 from gateway.preferences import Resolver
@@ -62,14 +63,15 @@ async def open_services(
                               sticky_idle_s=config.gateway.sticky_idle_s)
     router = Router(config.catalogue, telemetry, settings)
     health = HealthBoard(BreakerSettings(failure_threshold=config.gateway.breaker_failures,
-                                         open_s=config.gateway.breaker_open_s))
+                                         open_s=config.gateway.breaker_open_s,
+                                         max_open_s=config.health.max_open_s))
     metrics = Metrics(config.catalogue, telemetry.in_flight, store_redis_errors(telemetry))
     health.on_change = metrics.circuit
     recorder = Recorder(telemetry, router, health, metrics)
     gw = config.gateway
     limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
                             ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
-                            deadline_s=gw.deadline_s)
+                            deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)
     dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget))
     dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
     access_log = AccessLog()
@@ -89,6 +91,13 @@ async def open_services(
         sharing = HealthSharing(health, config.catalogue.endpoints(), config.redis_url, gw.redis_key_prefix)
         sharing.outage.on_error = metrics.redis_error
         await sharing.start()
+    prober = None
+    if config.health.probe:
+        lock = ProbeLock(config.redis_url, gw.redis_key_prefix)
+        lock.outage.on_error = metrics.redis_error
+        prober = Prober(health, config.catalogue.endpoints(), dispatcher, metrics, access_log, lock,
+                        config.health.probe_interval_s)
+        await prober.start()
     await telemetry.start()
     access_log.start()
     try:
@@ -115,5 +124,7 @@ async def open_services(
         await key_store.aclose()
         if sharing is not None:
             await sharing.stop()
+        if prober is not None:
+            await prober.stop()
         await upstreams.aclose()
         await telemetry.stop()

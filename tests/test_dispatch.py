@@ -7,7 +7,9 @@ each branch of the loop cheaply and exactly.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -178,16 +180,6 @@ async def test_first_token_budget(catalogue: Catalogue) -> None:
     assert served.attempts[0].outcome is Outcome.TIMEOUT and served.attempts[0].duration_s < 0.5
 
 
-def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
-    from gateway.dispatch import _duration_s, _rate_limit_exhausted
-
-    assert _duration_s("6m0s") == 360 and _duration_s("250ms") == 0.25 and _duration_s("2") == 2
-    assert _duration_s("soon") is None
-    headers = httpx.Headers({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
-    assert _rate_limit_exhausted(headers) == 1.5
-    assert _rate_limit_exhausted(httpx.Headers({"x-ratelimit-remaining-requests": "7"})) is None
-
-
 def echoing_key(where: str, status: int) -> Handler:
     """A careless provider: its error quotes the key it was sent, whole and as a fragment."""
     def handle(req: httpx.Request) -> httpx.Response:
@@ -222,3 +214,39 @@ async def test_a_key_the_provider_echoes_never_reaches_the_error(catalogue: Cata
     for e in errors:
         shown = f"{e} {error_body(e).decode()} {getattr(e, 'body', None)}"
         assert "sk-test-secr" not in shown, shown  # neither the key nor its first 12 characters
+
+
+async def test_a_429_that_says_come_back_soon_is_waited_for_before_leaving_the_model(catalogue: Catalogue) -> None:
+    answers = iter([error(429, headers={"retry-after-ms": "300"}), stream_response(OK_STREAM)])
+    start = time.perf_counter()
+    served, _, seen, _ = await run(catalogue, {"a": error(429, headers={"retry-after": "30"}),
+                                               "b": lambda req: next(answers)(req)})
+    elapsed = time.perf_counter() - start
+    # a: too long to wait; b: 300 ms, waited for once the model had no other endpoint, then served.
+    assert served.stream.endpoint.id == "b/standard" and len(seen) == 3 and 0.3 <= elapsed < 1.5
+    assert [a.endpoint_id for a in served.attempts] == ["a/fast", "b/standard"]
+
+
+async def test_a_429_is_tried_again_once_only(catalogue: Catalogue) -> None:
+    with pytest.raises(AllCandidatesFailed):
+        await run(catalogue, {"a": error(503), "b": error(429, headers={"retry-after-ms": "100"})})
+
+
+async def test_unsupported_parameter_moves_on_content_policy_does_not(catalogue: Catalogue) -> None:
+    served, _, _, _ = await run(catalogue, {"a": error(400, "unsupported_parameter"), "b": stream_response(OK_STREAM)})
+    assert served.stream.endpoint.id == "b/standard"
+    with pytest.raises(UpstreamError) as info:
+        await run(catalogue, {"a": error(400, "content_policy_violation"), "b": stream_response(OK_STREAM)})
+    assert info.value.code == "content_policy_violation"
+
+
+async def test_usage_is_estimated_when_the_upstream_sends_none(catalogue: Catalogue) -> None:
+    served, completion, _, _ = await run(catalogue, {"a": stream_response(sse(token("hi"), token(" there"),
+                                                                                  b"[DONE]"))})
+    assert completion["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "estimated": True}
+    assert served.stream.meter.usage_estimated
+
+
+def test_an_endpoint_without_stream_usage_is_not_asked_for_it(catalogue: Catalogue) -> None:
+    quiet = replace(catalogue.models["m"][1], stream_usage=False)
+    assert "stream_options" not in orjson.loads(upstream_body(request(), quiet))

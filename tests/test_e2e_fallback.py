@@ -48,6 +48,9 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
         "ctx": [{"sim": "small", "id": "small", "context_length": 2000},
                 {"sim": "big", "id": "big", "context_length": 100000}],
     }, gateway={"breaker_failures": 3, "breaker_open_s": 2.0, "stall_timeout_s": 1.5})
+    # These tests count every request the simulator sees and exercise the half-open client probe;
+    # background probes of open circuits are tested in test_e2e_recovery.py.
+    catalogue["health"] = {"probe": False}
     with GatewayProcess(catalogue) as process:
         yield process
 

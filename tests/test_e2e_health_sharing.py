@@ -24,6 +24,7 @@ def test_breaker_and_cooldown_are_shared(redis_url: str) -> None:
                                               {"sim": "std", "id": "std"}]},
                                   gateway={"breaker_failures": 3, "breaker_open_s": 30,
                                            "redis_key_prefix": f"share-{uuid.uuid4().hex[:8]}"})
+        catalogue["health"] = {"probe": False}  # requests are counted: no background probes
         env = {"REDIS_URL": redis_url}
         with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
             sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})

@@ -43,6 +43,7 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
                            {"sim": "backup", "id": "backup/standard"}],
     }, gateway={"max_body_bytes": 4096})
     catalogue["models"]["chat-model"]["aliases"] = ["chat"]
+    catalogue["health"] = {"probe": False}  # requests to "broken" are counted: no background probes
     with GatewayProcess(catalogue) as process:
         yield process
 

@@ -66,3 +66,44 @@ def test_slo_demotes_a_slow_endpoint_and_a_fast_probe_restores_it(tmp_path: Path
     assert board.blocked(e) is None
     board.observe(e, sample(e.key, Outcome.OK, ttft_s=0.2))
     assert not board.is_open(e)
+
+
+def test_background_probes_close_or_keep_open_up_to_max_open(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+    clock = Clock()
+    board = HealthBoard(BreakerSettings(failure_threshold=1, open_s=10, max_open_s=25), clock)
+    assert not board.wants_probe(e)
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))
+    assert board.wants_probe(e) and board.begin_probe(e)
+    assert not board.wants_probe(e) and not board.begin_probe(e)  # one probe at a time
+    clock.now += 10.5
+    assert board.blocked(e) == "circuit_open"  # no client request while a probe is out
+    board.end_probe(e, ok=False)  # still down: open for another open_s ...
+    clock.now += 9
+    assert board.blocked(e) == "circuit_open"
+    board.begin_probe(e)
+    board.end_probe(e, ok=False)  # ... but never past max_open_s (25 s) in all
+    clock.now += 6
+    assert board.blocked(e) is None  # 25.5 s after opening: a client request is the half-open probe
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))  # ... and failed: a new open period
+    assert board.begin_probe(e)
+    board.end_probe(e, ok=True)
+    assert board.blocked(e) is None and not board.is_open(e)
+
+
+def test_slo_demotion_is_not_probed_in_the_background(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a", "fast", slo={"ttft_ms": 500})]).models["m"][0]
+    board = HealthBoard(BreakerSettings(open_s=5), Clock())
+    for _ in range(5):
+        board.observe(e, sample(e.key, Outcome.OK, ttft_s=2.0))
+    assert board.blocked(e) == "slo" and not board.wants_probe(e)
+
+
+def test_cooldown_left(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+    clock = Clock()
+    board = HealthBoard(clock=clock)
+    assert board.cooldown_left(e) == 0.0
+    board.cool_down(e, 2.0)
+    clock.now += 0.5
+    assert board.cooldown_left(e) == 1.5

@@ -2,26 +2,77 @@
 
 from __future__ import annotations
 
+import time
+from email.utils import formatdate
+
+import httpx
 import pytest
 
 from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.retry import RetryBudget, attempts, worth_retrying_same
+from gateway.retry import (
+    RetryBudget,
+    attempts,
+    come_back_after,
+    duration_s,
+    exceeds_context,
+    model_cannot_take,
+    rate_limit_exhausted,
+    retry_after,
+    worth_retrying_same,
+)
 
 
-@pytest.mark.parametrize(("err", "alternatives", "expected"), [
-    (UpstreamError("x", status=500), True, True),
-    (UpstreamError("x", status=502), True, True),
-    (UpstreamError("x", status=503), True, False),
-    (UpstreamError("x", status=429, retry_after_s=0.5), True, False),
-    (UpstreamError("x", status=429, retry_after_s=0.5), False, True),
-    (UpstreamError("x", status=429, retry_after_s=5), False, False),
-    (UpstreamError("x", status=400), False, False),
-    (UpstreamTimeout("silent"), False, False),
-    (UpstreamUnreachable("refused"), False, False),
-    (UpstreamMisconfigured("key", 401), False, False),
+@pytest.mark.parametrize(("err", "expected"), [
+    (UpstreamError("x", status=500), True),
+    (UpstreamError("x", status=502), True),
+    (UpstreamError("x", status=503), False),
+    (UpstreamError("x", status=429, retry_after_s=0.5), False),  # never at once: see come_back_after
+    (UpstreamError("x", status=400), False),
+    (UpstreamTimeout("silent"), False),
+    (UpstreamUnreachable("refused"), False),
+    (UpstreamMisconfigured("key", 401), False),
 ])
-def test_worth_retrying_same(err: UpstreamError, alternatives: bool, expected: bool) -> None:
-    assert worth_retrying_same(err, alternatives) is expected
+def test_worth_retrying_same(err: UpstreamError, expected: bool) -> None:
+    assert worth_retrying_same(err) is expected
+
+
+@pytest.mark.parametrize(("wait", "max_wait", "left", "expected"), [
+    (2.0, 5.0, 10.0, True),
+    (30.0, 5.0, 10.0, False),  # longer than retry.max_wait_s
+    (2.0, 5.0, 1.0, False),  # past the request's first-token budget or deadline
+    (None, 5.0, 10.0, False),  # the 429 did not say when
+])
+def test_come_back_after(wait: float | None, max_wait: float, left: float, expected: bool) -> None:
+    assert come_back_after(wait, "e", RetryBudget(), max_wait, left) is expected
+
+
+def test_come_back_draws_on_the_retry_budget() -> None:
+    budget = RetryBudget(ratio=0.0)
+    assert come_back_after(1.0, "e", budget, 5.0, 10.0)
+    assert not come_back_after(1.0, "e", budget, 5.0, 10.0)
+
+
+def _upstream(status: int, code: str | None = None, message: str = "no", type_: str = "invalid_request_error"):
+    return UpstreamError(message, status=status, body={"message": message, "type": type_, "code": code})
+
+
+@pytest.mark.parametrize(("err", "context", "cannot_take"), [
+    (_upstream(400, "context_length_exceeded"), True, True),
+    (_upstream(400, None, "This model's maximum context length is 4096 tokens."), True, True),  # vLLM
+    (_upstream(400, None, "the request exceeds the available context size", "exceed_context_size_error"),
+     True, True),  # llama.cpp
+    (_upstream(400, "unsupported_parameter", "Unsupported parameter: 'logprobs'"), False, True),
+    (_upstream(400, "unsupported_value", "'messages[0].content' does not support image_url"), False, True),
+    (_upstream(400, "content_policy_violation", "Your request was rejected by our safety system"), False, False),
+    (_upstream(400, None, "Your prompt was flagged by our content management policy"), False, False),
+    (_upstream(400, "invalid_value", "'temperature' must be a number"), False, False),  # malformed
+    (_upstream(400, "missing_required_parameter", "Missing required parameter: 'messages'"), False, False),
+    (_upstream(429, None, "context length"), False, False),
+    (_upstream(500, None, "unsupported"), False, False),
+])
+def test_model_cannot_take(err: UpstreamError, context: bool, cannot_take: bool) -> None:
+    assert exceeds_context(err) is context
+    assert model_cannot_take(err) is cannot_take
 
 
 def test_budget_limits_retries_to_a_share_of_requests() -> None:
@@ -36,7 +87,7 @@ def test_budget_limits_retries_to_a_share_of_requests() -> None:
 async def test_attempts_tries_twice_at_most() -> None:
     calls = []
     with pytest.raises(UpstreamError):
-        async for attempt in attempts("e", has_alternatives=True, budget=RetryBudget()):
+        async for attempt in attempts("e", budget=RetryBudget()):
             with attempt:
                 calls.append(1)
                 raise UpstreamError("boom", status=500)
@@ -46,12 +97,12 @@ async def test_attempts_tries_twice_at_most() -> None:
 async def test_attempts_stop_after_a_success_or_a_failure_not_worth_a_second_try() -> None:
     budget = RetryBudget()
     calls = []
-    async for attempt in attempts("e", has_alternatives=True, budget=budget):
+    async for attempt in attempts("e", budget=budget):
         with attempt:
             calls.append(1)
     assert len(calls) == 1  # a try that does not raise ends the loop
     with pytest.raises(UpstreamError) as info:
-        async for attempt in attempts("e", has_alternatives=True, budget=budget):
+        async for attempt in attempts("e", budget=budget):
             with attempt:
                 calls.append(2)
                 raise UpstreamError("unavailable", status=503)
@@ -64,10 +115,27 @@ async def test_a_retry_is_announced_and_drawn_from_the_budget() -> None:
     for expected_tries in (2, 1):  # the token pays for one retry; the next failure is final at once
         tries = 0
         with pytest.raises(UpstreamError):
-            async for attempt in attempts("e", has_alternatives=True, budget=budget,
+            async for attempt in attempts("e", budget=budget,
                                           on_retry=lambda err: seen.append(err.status)):
                 with attempt:
                     tries += 1
                     raise UpstreamError("boom", status=502)
         assert tries == expected_tries
     assert seen == [502]
+
+
+def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
+    assert duration_s("6m0s") == 360 and duration_s("250ms") == 0.25 and duration_s("2") == 2
+    assert duration_s("soon") is None
+    headers = httpx.Headers({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
+    assert rate_limit_exhausted(headers) == 1.5
+    assert rate_limit_exhausted(httpx.Headers({"x-ratelimit-remaining-requests": "7"})) is None
+
+
+def test_retry_after_in_milliseconds_seconds_or_a_date() -> None:
+    assert retry_after(httpx.Headers({"retry-after": "2", "retry-after-ms": "1500"})) == 1.5
+    assert retry_after(httpx.Headers({"retry-after": "2"})) == 2.0
+    in_ten = retry_after(httpx.Headers({"retry-after": formatdate(time.time() + 10, usegmt=True)}))
+    assert in_ten is not None and 8 < in_ten <= 10
+    assert retry_after(httpx.Headers({"retry-after": "whenever"})) is None
+    assert retry_after(httpx.Headers({})) is None

@@ -35,6 +35,12 @@ class FaultsConfig(BaseModel):
 
     error_rate: float = Field(0.0, ge=0.0, le=1.0)
     error_status: int = Field(503, ge=400, le=599)
+    # The error object's `code` for a 4xx error fault (e.g. "context_length_exceeded",
+    # "content_policy_violation", "unsupported_parameter"); default: the error's type.
+    error_code: str | None = None
+    # The next N requests get the error fault whatever `error_rate` says (then back to the rates): a
+    # 429 that is over after one try, an outage of N requests. Re-armed by a patch that names it.
+    error_next: int = Field(0, ge=0)
     hang_rate: float = Field(0.0, ge=0.0, le=1.0)
     drop_rate: float = Field(0.0, ge=0.0, le=1.0)
     drop_after_tokens: int = Field(20, ge=0)
@@ -43,6 +49,9 @@ class FaultsConfig(BaseModel):
     error_event_rate: float = Field(0.0, ge=0.0, le=1.0)
     no_done_rate: float = Field(0.0, ge=0.0, le=1.0)
     refuse: bool = False
+    # As llama.cpp's server and some vLLM builds: `stream_options.include_usage` is ignored, so a
+    # stream carries no usage at all.
+    ignore_include_usage: bool = False
     # Some real providers quote the key they were sent in error messages ("Incorrect API key
     # provided: sk-..."); on, every error answer and error event here does, so tests can prove the
     # gateway never passes a key on.

@@ -65,6 +65,7 @@ class Endpoint:
         self._fault_rng = random.Random()
         self._timing_rng = random.Random()
         self._stats = EndpointStats()
+        self._forced_errors = profile.faults.error_next  # left of `faults.error_next`
         self.reset_stats()
 
     # ---- lifecycle and admin ------------------------------------------------------------------
@@ -90,6 +91,8 @@ class Endpoint:
             new = merge_profile(self.profile, patch, f"endpoints.{self.name}")
             await self._set_refuse(new.faults.refuse)
             self.profile = new
+            if "error_next" in (patch.get("faults") or {}):  # re-armed only when the patch names it
+                self._forced_errors = new.faults.error_next
             return new
 
     async def reset(self, profiles: bool) -> None:
@@ -98,6 +101,7 @@ class Endpoint:
             async with self._lock:
                 await self._set_refuse(self._startup_profile.faults.refuse)
                 self.profile = self._startup_profile
+                self._forced_errors = self.profile.faults.error_next
 
     def reset_stats(self) -> None:
         self._stats.clear()
@@ -167,8 +171,13 @@ class Endpoint:
         self.prefix_cache.insert(job.prefixes)
         plan = self._draw(profile)
         plan.echo_key = echo_key
+        if self._forced_errors > 0:
+            self._forced_errors -= 1
+            plan.fault = "error"
         if not job.stream:  # malformed chunks and a missing [DONE] only exist in streams
             plan.malformed = plan.no_done = False
+        elif profile.faults.ignore_include_usage:
+            job.include_usage = False
         attempt.ttft_ms = plan.ttft_s * 1000.0
         attempt.faults = [
             name for name in (plan.fault, plan.malformed and "malformed", plan.no_done and "no_done") if name
@@ -237,7 +246,8 @@ class Endpoint:
                 err = rate_limited(profile, "Rate limit reached (simulated)")
             else:
                 kind = "server_error" if status >= 500 else "invalid_request_error"
-                err = ApiError(status, f"Simulated upstream error {status}", kind, kind, outcome="error")
+                code = faults.error_code if faults.error_code is not None and status < 500 else kind
+                err = ApiError(status, f"Simulated upstream error {status}", kind, code, outcome="error")
             self._send_error(conn, attempt, err, plan.echo_key)
             return
         if plan.fault == "hang":

@@ -28,7 +28,7 @@ from tests.observability.conftest import SECRET_KEY
 
 FIELDS = {"ts", "request_id", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
           "outcome",
-          "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd"}
+          "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd", "usage_estimated"}
 
 
 def served_request() -> tuple[Served, AttemptSample]:
@@ -60,7 +60,7 @@ def log() -> Any:
 def test_one_json_line_per_served_request(log: Any) -> None:
     access, stream = log
     served, sample = served_request()
-    access.served("req-1", served, sample, 200, None, "key_abc")
+    access.served("req-1", served, sample, 200, None, "key_abc", usage_estimated=True)
     access.stop()  # flushes the queue
     [line] = lines_of(stream)
     assert set(line) == FIELDS
@@ -69,6 +69,7 @@ def test_one_json_line_per_served_request(log: Any) -> None:
     assert line["attempts"] == 2 and line["fallback"] == [{"endpoint": "gq/x", "reason": "upstream_5xx"}]
     assert line["ttft_ms"] == 210.4 and line["decode_tps"] == 401.3 and line["tokens"]["output"] == 30
     assert line["status"] == 200 and line["outcome"] == "ok" and line["cost_usd"] == pytest.approx(0.00007)
+    assert line["usage_estimated"] is True
 
 
 def test_a_failure_is_logged_once(log: Any) -> None:
@@ -77,14 +78,15 @@ def test_a_failure_is_logged_once(log: Any) -> None:
     broken = UpstreamError("stream broke", status=502)
     access.served("req-2", served, sample, 502, broken)  # a non-streaming request broke after its first token
     access.failed("req-2", broken)  # ... and the app renders the same error: no second line
-    access.failed("req-3", ModelNotFound("nope"))
+    access.failed("req-3", ModelNotFound("nope"), "nope")
     access.failed("req-4", AllCandidatesFailed([("a", UpstreamError("x", status=503)),
-                                                ("b", UpstreamError("y", status=429))]))
+                                                ("b", UpstreamError("y", status=429))]), "m")
     access.stop()
     lines = lines_of(stream)
     assert [line["request_id"] for line in lines] == ["req-2", "req-3", "req-4"]
     assert lines[1]["status"] == 404 and lines[1]["error"] == "model_not_found" and lines[1]["attempts"] == 0
     assert lines[2]["attempts"] == 2 and lines[2]["endpoint"] == "b" and lines[2]["status"] == 429
+    assert [line["model"] for line in lines] == ["m", "nope", "m"]  # failures name their model too
 
 
 def test_a_deployment_logging_config_is_kept() -> None:
@@ -125,6 +127,7 @@ def test_gateway_logs_each_request_once_without_prompt_or_key(gateway: GatewayPr
     by_id = {line["request_id"]: line for line in found}
     for request_id, status in ids.items():
         assert by_id[request_id]["status"] == status
+        assert by_id[request_id]["model"] in ("m", "no-such-model")  # failed or not, the line names it
     served = [line for line in found if line["status"] == 200]
     assert {line["endpoint"] for line in served} == {"fast", "std"}
     assert all(line["ttft_ms"] > 0 and line["tokens"]["output"] > 0 and line["cost_usd"] > 0 for line in served)

@@ -153,6 +153,27 @@ def test_max_tokens_counts_reasoning_and_ends_with_length(sim: SimProcess) -> No
     assert longer.usage.completion_tokens_details.reasoning_tokens == 5
 
 
+def test_error_next_fails_that_many_requests_with_the_code_given(sim: SimProcess) -> None:
+    client = sdk(sim, "faulty")
+    sim.patch("faulty", faults={"error_next": 2, "error_status": 400, "error_code": "content_policy_violation"})
+    for _ in range(2):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="m", messages=HELLO)
+        assert info.value.code == "content_policy_violation"
+    sim.patch("faulty", ttft_ms=10)  # a patch that does not name error_next does not re-arm it
+    client.chat.completions.create(model="m", messages=HELLO)
+    assert [a["status"] for a in sim.stats("faulty")["attempts"]] == [400, 400, 200]
+
+
+def test_ignore_include_usage_sends_no_usage_in_streams(sim: SimProcess) -> None:
+    sim.patch("basic", faults={"ignore_include_usage": True})
+    client = sdk(sim, "basic")
+    chunks = list(client.chat.completions.create(model="m", messages=HELLO, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks and all(chunk.usage is None for chunk in chunks)  # as llama.cpp's server
+    assert client.chat.completions.create(model="m", messages=HELLO).usage is not None  # JSON still has it
+
+
 def test_without_include_usage_there_is_no_usage_chunk(sim: SimProcess) -> None:
     chunks = list(sdk(sim, "basic").chat.completions.create(model="m", messages=HELLO, stream=True))
     assert all(chunk.usage is None for chunk in chunks)
