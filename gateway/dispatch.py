@@ -52,6 +52,7 @@ from gateway.retry import (
 )
 from gateway.retry import attempts as retry_attempts
 from gateway.routing.filters import CHARS_PER_TOKEN
+from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
@@ -141,11 +142,12 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
 
 
 async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
-                stall_s: float) -> UpstreamStream:
-    """Send, check the status, and pass the first-chunk gate, all within the first-token budget."""
-    deadline = time.perf_counter() + budget_s
+                stall_s: float, lag: LoopLag | None = None) -> UpstreamStream:
+    """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
+    upstream time, so the event loop's own lag meanwhile (`lag`) does not spend it."""
+    budget = Budget(budget_s, lag)
     try:
-        async with asyncio.timeout(budget_s):
+        async with budget.timeout():
             response = await upstreams.open(endpoint, body)
     except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
@@ -158,10 +160,10 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
-    stream = UpstreamStream(endpoint, response, meter, stall_s)
+    stream = UpstreamStream(endpoint, response, meter, stall_s, lag)
     stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     try:
-        await stream.open_gate(max(0.0, deadline - time.perf_counter()))
+        await stream.open_gate(budget)
     except BaseException:
         await stream.aclose()
         raise
@@ -184,7 +186,7 @@ class CapacityFull(Exception):
 
 class Dispatcher:
     def __init__(self, upstreams: Upstreams, recorder: Recorder, health: HealthBoard, telemetry: TelemetryStore,
-                 limits: DispatchLimits, budget: RetryBudget) -> None:
+                 limits: DispatchLimits, budget: RetryBudget, lag: LoopLag | None = None) -> None:
         self.capacity = recorder.capacity  # acquired here, released by the recorder
         self.upstreams = upstreams
         self.recorder = recorder
@@ -192,6 +194,7 @@ class Dispatcher:
         self.telemetry = telemetry
         self.limits = limits
         self.budget = budget
+        self.lag = lag  # budgets exclude the loop's own lag (serve/lag.py)
         self.on_retry: Callable[[Endpoint, GatewayError], None] | None = None
 
     def first_token_budget(self, endpoint: Endpoint) -> float:
@@ -346,7 +349,7 @@ class Dispatcher:
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
                 try:
                     stream = await _open(self.upstreams, endpoint, body, meter, budget_s,
-                                         self.limits.stall_timeout_s)
+                                         self.limits.stall_timeout_s, self.lag)
                 except GatewayError as err:
                     self._failed(endpoint, meter, err, started_at, in_flight, attempts)
                     raise

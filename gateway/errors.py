@@ -8,6 +8,7 @@
     ├── RateLimited                   429     requests | tokens       yes  (rate_limit_exceeded, retry-after)
     │   └── BudgetExceeded            429     insufficient_quota      no   (budget_exceeded)
     ├── ServiceUnavailable            503     api_error               yes  (the key store cannot be reached)
+    │   └── Overloaded                503     server_error            yes  (code overloaded: past max_in_flight)
     ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
     ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
     ├── KeyNotFound                   404     invalid_request_error   no   (admin API: code key_not_found)
@@ -127,6 +128,24 @@ class ServiceUnavailable(GatewayError):
     code = "service_unavailable"
     retryable = True
     metric_label = "unavailable"
+
+
+class Overloaded(ServiceUnavailable):
+    """This gateway process is at `gateway.max_in_flight`: refused at once, before the body is read,
+    rather than queued into a timeout that would be blamed on a provider. Nothing upstream was called,
+    so no endpoint is charged with it; the client may retry after `retry-after` (another replica, or
+    this one with room again)."""
+
+    type = "server_error"
+    code = "overloaded"
+    metric_label = "overloaded"
+
+    def __init__(self, limit: int, retry_after_s: int = 1) -> None:
+        super().__init__(f"The gateway is overloaded ({limit} requests in flight); retry shortly.")
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s), "x-should-retry": "true"}
 
 
 class ModelNotFound(GatewayError):

@@ -2,11 +2,12 @@
 
 Does: build every `ultraroute_*` family in a per-app `CollectorRegistry` (never prometheus-client's
 global default registry); record one upstream attempt (`attempt()`, called by the Recorder), a
-fallback, a same-endpoint retry, a circuit change and a route selection; read in-flight counts and
-Redis errors only when scraped; render the exposition text.
+fallback, a same-endpoint retry, a circuit change, a route selection, the event loop's lag and an
+overload refusal; read in-flight counts and Redis errors only when scraped; render the exposition text.
 
 Does not: do I/O, decide anything, or merge processes. prometheus-client's multiprocess mode is not
-used: run one uvicorn worker per replica and let Prometheus sum the replicas.
+used: each `serve --workers` worker is a replica with its own `/metrics` (a scrape reaches one of
+them), so Prometheus should scrape every worker, or run one worker per container and sum replicas.
 
 Labels are bounded by the catalogue (model, endpoint id, provider, tier), the `Outcome` values and
 short fixed reasons. Never a user, key or request id.
@@ -51,6 +52,8 @@ TPS_BUCKETS = (
     100.0, 125.0, 150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 600.0, 750.0,
     1000.0, 1250.0, 1500.0, 2000.0, 2500.0, 3000.0, 4000.0, 5000.0,
 )
+# The loop's own lag: ~0 when idle; tens of ms is a busy core; seconds is a saturated or blocked one.
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ROUTE_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
 TOKEN_KINDS = ("input", "cached_input", "output", "reasoning")
 _SAFE_REASON = re.compile(r"^[a-z0-9_]{1,40}$")
@@ -146,6 +149,11 @@ class Metrics:
                                    "(not in ultraroute_cost_usd_total).", by_endpoint, registry=r)
         self._route = Histogram("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
                                 buckets=ROUTE_BUCKETS, registry=r)
+        self._lag = Histogram("ultraroute_event_loop_lag_seconds", "How late this process's event loop ran "
+                              "a timer (sampled every 50 ms): the gateway's own queueing, excluded from "
+                              "upstream budgets.", buckets=LAG_BUCKETS, registry=r)
+        self._overloaded = Counter("ultraroute_overloaded", "Requests refused with 503 overloaded: this process "
+                                   "was at gateway.max_in_flight.", registry=r)
         self._scrape = _ScrapeTime(catalogue.endpoints(), in_flight, redis_errors)
         r.register(self._scrape)
         self._tiers = {e.key: e.tier.value for e in catalogue.endpoints()}
@@ -206,6 +214,14 @@ class Metrics:
 
     def rejected(self, reason: str) -> None:
         self._rejected.labels(_reason(reason)).inc()
+
+    def event_loop_lag(self, seconds: float) -> None:
+        self._lag.observe(seconds)
+
+    def overloaded(self) -> None:
+        """One request refused for overload; also counted in rejected{reason="overloaded"}."""
+        self._overloaded.inc()
+        self._rejected.labels("overloaded").inc()
 
     def route_selection(self, seconds: float) -> None:
         self._route.observe(seconds)

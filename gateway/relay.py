@@ -24,7 +24,6 @@ endpoints or retry.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import orjson
 from gateway.assemble import CompletionAssembler
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.serve.lag import Budget, LoopLag
 from gateway.sse import DONE, DONE_EVENT, SSEDecoder, encode_event
 from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
 
@@ -96,8 +96,10 @@ def _error_from_event(error: Any) -> UpstreamError:
 
 
 class UpstreamStream:
-    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float) -> None:
+    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
+                 lag: LoopLag | None = None) -> None:
         self.endpoint = endpoint
+        self._lag = lag  # the loop's own lag does not count against the stall timeout
         self.meter = meter
         self._response = response
         self._reads = response.aiter_raw()
@@ -108,10 +110,10 @@ class UpstreamStream:
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
         self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
 
-    async def _read(self, timeout_s: float) -> list[Event] | None:
-        """One network read, parsed and metered; None at the end of the stream."""
+    async def _read(self, budget: Budget) -> list[Event] | None:
+        """One network read within `budget`, parsed and metered; None at the end of the stream."""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with budget.timeout():
                 raw = await anext(self._reads)
         except StopAsyncIteration:
             return None
@@ -149,17 +151,17 @@ class UpstreamStream:
             chunks.append((payload, chunk))
         return chunks
 
-    async def open_gate(self, budget_s: float) -> None:
-        """Read until the first token (or the end); raise if it does not come within `budget_s`."""
-        deadline = time.perf_counter() + budget_s
+    async def open_gate(self, budget: Budget | float) -> None:
+        """Read until the first token (or the end); raise if it does not come within `budget`."""
+        if not isinstance(budget, Budget):
+            budget = Budget(budget, self._lag)
         while self.meter.t_first is None and not self.meter.done:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                raise UpstreamTimeout(f"no first token within {budget_s:.1f} s")
+            if budget.remaining() <= 0:
+                raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s")
             try:
-                chunks = await self._read(remaining)
+                chunks = await self._read(budget)
             except TimeoutError:
-                raise UpstreamTimeout(f"no first token within {budget_s:.1f} s") from None
+                raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s") from None
             if chunks is None:
                 self._ended = True
                 break
@@ -175,7 +177,7 @@ class UpstreamStream:
         # response is fully consumed; closing it early would cost a new connection per request.
         while not self._ended:
             try:
-                chunks = await self._read(self._stall_s)
+                chunks = await self._read(Budget(self._stall_s, self._lag))
             except TimeoutError:
                 message = f"upstream stalled: no data for {self._stall_s:.0f} s"
                 raise StreamBroken(message, status=504) from None

@@ -27,6 +27,7 @@ from gateway.preferences import Resolver
 from gateway.record import Recorder
 from gateway.retry import RetryBudget
 from gateway.routing.router import Router, RouterSettings
+from gateway.serve.lag import LoopLag
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
@@ -72,7 +73,8 @@ async def open_services(
     limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
                             ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
                             deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)
-    dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget))
+    lag = LoopLag(on_sample=metrics.event_loop_lag)
+    dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget), lag)
     dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
     access_log = AccessLog()
     key_store = open_key_store(config.redis_url, gw.redis_key_prefix, config.keys_file)
@@ -100,6 +102,7 @@ async def open_services(
         await prober.start()
     await telemetry.start()
     access_log.start()
+    await lag.start()
     try:
         yield Services(
             config=config,
@@ -117,6 +120,7 @@ async def open_services(
             key_store=key_store,
         )
     finally:
+        await lag.stop()
         access_log.stop()
         await ledger.stop()
         if keyring is not None:

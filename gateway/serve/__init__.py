@@ -1,0 +1,1 @@
+"""Running the gateway as a server: worker processes, overload control, the event loop's lag."""

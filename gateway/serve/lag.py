@@ -1,0 +1,115 @@
+"""The event loop's own lag, and time budgets for upstreams that do not count it.
+
+When the gateway's one core is saturated, a callback due now runs late: the loop is busy with other
+requests. A first-token or stall budget measured in wall time would then be spent by the gateway's own
+queueing and blamed on a healthy provider. `LoopLag` measures the lag with one cheap task (sleep
+`interval_s`, see how late it woke); `Budget` is a span of upstream time: `seconds` of wall time plus
+whatever lag the loop showed meanwhile, and `Budget.timeout()` is a lag-aware `asyncio.timeout`.
+
+Lag is observed at the monitor's wake-ups, plus the lateness of a wake-up that is due but has not run
+yet, so a budget checked in the middle of a stall of the loop already sees it. A stall that starts
+between two ticks is seen from the next tick's due time: at most `interval_s` of it is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from types import TracebackType
+
+INTERVAL_S = 0.05
+
+
+class LoopLag:
+    """Measures how late the running loop runs a timer. One per process (built by `open_services`)."""
+
+    def __init__(self, interval_s: float = INTERVAL_S, on_sample: Callable[[float], None] | None = None) -> None:
+        self.interval_s = interval_s
+        self.on_sample = on_sample  # each tick's lag, e.g. into the lag histogram
+        self._total = 0.0  # lag observed so far, seconds of loop time
+        self._due: float | None = None  # when the sleeping tick should wake
+        self._task: asyncio.Task[None] | None = None
+
+    def total(self) -> float:
+        """Lag observed so far, including how late the pending tick already is."""
+        due = self._due
+        if due is None:
+            return self._total
+        late = asyncio.get_running_loop().time() - due
+        return self._total + late if late > 0 else self._total
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._due = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.interval_s
+        while True:
+            self._due = loop.time() + interval
+            await asyncio.sleep(interval)
+            late = loop.time() - self._due
+            lag = late if late > 0 else 0.0
+            self._total += lag
+            self._due = None
+            if self.on_sample is not None:
+                self.on_sample(lag)
+
+
+class Budget:
+    """`seconds` of upstream time from now: wall time minus the loop's lag meanwhile."""
+
+    __slots__ = ("_lag", "_lag_at_start", "_start", "seconds")
+
+    def __init__(self, seconds: float, lag: LoopLag | None = None) -> None:
+        self.seconds = seconds
+        self._lag = lag
+        self._start = asyncio.get_running_loop().time()
+        self._lag_at_start = lag.total() if lag is not None else 0.0
+
+    def lag(self) -> float:
+        """The loop's lag since the budget started: time that does not count against it."""
+        return self._lag.total() - self._lag_at_start if self._lag is not None else 0.0
+
+    def remaining(self) -> float:
+        return self._start + self.seconds + self.lag() - asyncio.get_running_loop().time()
+
+    def timeout(self) -> _LagAwareTimeout:
+        """`async with budget.timeout():` raises TimeoutError once the budget is spent."""
+        return _LagAwareTimeout(self)
+
+
+class _LagAwareTimeout:
+    """`asyncio.timeout` whose deadline moves later by the lag seen while it waits: when the wall-time
+    deadline comes, it re-checks the budget and only fires if the upstream's own time is up."""
+
+    __slots__ = ("_budget", "_handle", "_loop", "_timeout")
+
+    def __init__(self, budget: Budget) -> None:
+        self._budget = budget
+
+    async def __aenter__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._timeout = asyncio.timeout(None)
+        await self._timeout.__aenter__()
+        self._handle = self._loop.call_later(max(0.0, self._budget.remaining()), self._check)
+
+    def _check(self) -> None:
+        left = self._budget.remaining()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._check)
+        else:
+            self._timeout.reschedule(self._loop.time())  # fires now: cancels the wait, raises TimeoutError
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        self._handle.cancel()
+        return await self._timeout.__aexit__(exc_type, exc, tb)
