@@ -153,7 +153,8 @@ async def test_first_token_budget_is_not_spent_by_the_gateways_own_lag(catalogue
 
 
 async def test_stall_timeout_is_not_spent_by_the_gateways_own_lag(catalogue: Catalogue) -> None:
-    text, store = await serve_one(catalogue, None, mid_stream=True)
-    assert text == "504 stream_broken" and store.stats("m/a/standard", 300).errors == 1  # "upstream stalled"
-    text, store = await serve_one(catalogue, LoopLag(), mid_stream=True)
-    assert text == "hello world" and store.stats("m/a/standard", 300).errors == 0
+    # (A broken stream is recorded by the pipeline, after the relay: the e2e tests see that part.)
+    text, _ = await serve_one(catalogue, None, mid_stream=True)
+    assert text == "504 stream_broken"  # "upstream stalled"
+    text, _ = await serve_one(catalogue, LoopLag(), mid_stream=True)
+    assert text == "hello world"
