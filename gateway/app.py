@@ -33,10 +33,11 @@ from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json
-from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, UpstreamError, error_body
+from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, Overloaded, UpstreamError, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.schemas import CHAT_REQUEST_SCHEMA, ChatCompletion, error_responses
+from gateway.serve.overload import Admission
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
 
@@ -152,7 +153,17 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     app = GatewayApp(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     dashboard_page = load_page()
-    app.add_middleware(RequestIdMiddleware)
+
+    async def refuse_overloaded(scope: Scope, receive: Receive, send: Send) -> None:
+        """Past `max_in_flight`: 503 at once, counted, logged; no upstream is called or blamed."""
+        overloaded = Overloaded(config.gateway.max_in_flight)
+        services: Services = scope["app"].state.services
+        services.metrics.overloaded()
+        services.access_log.failed(scope["state"]["request_id"], overloaded)
+        await render_error(overloaded)(scope, receive, send)
+
+    app.add_middleware(Admission, limit=config.gateway.max_in_flight, refuse=refuse_overloaded)
+    app.add_middleware(RequestIdMiddleware)  # outermost: the refusal carries x-request-id too
 
     def services_of(request: Request) -> Services:
         return request.app.state.services  # type: ignore[no-any-return]

@@ -108,6 +108,10 @@ class ModelFile(_Frozen):
     endpoints: tuple[EndpointFile, ...] = Field(min_length=1)
 
 
+# What one worker sustains before queueing makes every request late (README, "gateway:" section).
+MAX_IN_FLIGHT = 1024
+
+
 class GatewayFile(_Frozen):
     """Optional `gateway:` section: limits of the server itself."""
 
@@ -132,6 +136,8 @@ class GatewayFile(_Frozen):
     keys_file: str = Field(default="keys.json", min_length=1)  # client keys without Redis; beside this file
     keys_refresh_s: float = Field(default=1.0, gt=0, le=60)  # how soon a key change reaches every replica
     limits_sync_s: float = Field(default=0.25, gt=0, le=10)  # how often replicas share usage for limits
+    # Client API requests in flight in one process (a worker) before new ones get 503 `overloaded`.
+    max_in_flight: int = Field(default=MAX_IN_FLIGHT, ge=1)
 
 
 class HealthFile(_Frozen):
