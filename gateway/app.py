@@ -267,7 +267,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         return Response(dashboard_page, media_type=DASHBOARD_MEDIA_TYPE, headers={"cache-control": "no-cache"})
 
     @app.get("/healthz")
-    async def healthz() -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+    async def healthz(request: Request) -> JSONResponse:
+        """Liveness, and which replica answered (`serve --workers N`: which worker)."""
+        return JSONResponse({"status": "ok", "replica": services_of(request).replica_id})
 
     return app

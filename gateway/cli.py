@@ -13,21 +13,17 @@ from gateway.config import ConfigError, load_catalogue, load_config
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.access.command import refuse_without_keys
-    from gateway.app import create_app
+    from gateway.serve.workers import ServeOptions, load, serve
 
-    config = load_config(Path(args.config), Path(args.policies) if args.policies else None,
-                         open_access=args.open)
+    options = ServeOptions(config=args.config, policies=args.policies or None, open_access=args.open,
+                           host=args.host, port=args.port, log_level=args.log_level)
+    config = load(options)
     refusal = refuse_without_keys(config, args.config)
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
-    app = create_app(config)
-    uvicorn.run(app, host=args.host, port=args.port, loop="uvloop", http="httptools",
-                access_log=False, log_level=args.log_level, lifespan="on")
-    return 0
+    return serve(options, args.workers, config)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -83,6 +79,15 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _workers(value: str) -> int:
+    from gateway.serve.workers import worker_count
+
+    try:
+        return worker_count(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'auto', not {value!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ultraroute", description="A speed-aware routing gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--open", action="store_true",
                        help="serve without client keys (anyone who can reach the port may spend); "
                        "also ULTRAROUTE_OPEN=1")
+    serve.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
+                       help="worker processes, each a replica (auto: one per core); share state through "
+                       "REDIS_URL")
     serve.set_defaults(func=_serve)
 
     simulate = sub.add_parser("simulate", help="run simulated OpenAI-compatible providers")

@@ -237,11 +237,14 @@ class Config:
     open_access: bool = False  # no client keys: only with `serve --open` or ULTRAROUTE_OPEN=1
     admin_key: SecretStr | None = None  # ULTRAROUTE_ADMIN_KEY: unset, the admin API is off
     keys_file: Path = Path("keys.json")
+    worker: int | None = None  # this process's index under `serve --workers N` (N > 1)
 
     @property
     def spend_file(self) -> Path:
-        """Without Redis, client keys' spend is kept here, beside the keys."""
-        return self.keys_file.with_name(f"{self.keys_file.stem}.spend.json")
+        """Without Redis, client keys' spend is kept here, beside the keys; one file per worker, since
+        each keeps its own (worker 0 and a single process share the plain name)."""
+        suffix = f".worker-{self.worker}" if self.worker else ""
+        return self.keys_file.with_name(f"{self.keys_file.stem}.spend{suffix}.json")
 
 
 def parse_catalogue(data: Any, source: str) -> CatalogueFile:

@@ -1,0 +1,223 @@
+"""`ultraroute serve`: one process, or `--workers N` processes on one port, each a replica.
+
+With one worker the gateway runs in this process, as it always has. With N, this process becomes a
+small supervisor:
+
+    bind      the listening sockets, here, before any worker starts (a port in use fails at once). On
+              Linux, one `SO_REUSEPORT` socket per worker: the kernel spreads new connections evenly
+              over the workers' own accept queues, and a restarted worker gets its queue back.
+              Elsewhere, one socket that every worker accepts from.
+    spawn     N workers (multiprocessing "spawn": a fresh interpreter, no state copied from here).
+              Each loads the config itself, from the same file, environment and flags, and builds
+              its own app: its own replica id, telemetry, health board, key ring and limits. With
+              `REDIS_URL` they share stats, health, keys and limits as replicas on different machines
+              do; without it each measures and limits alone (start-up says so).
+    forward   SIGTERM and SIGINT to every worker as SIGTERM (each stops gracefully: uvicorn stops
+              accepting and finishes its requests), SIGHUP as SIGHUP (each reloads, where the app
+              supports it). A second SIGTERM/SIGINT kills the workers. Workers run in their own
+              process group, so a Ctrl-C in a terminal reaches them once, through here.
+    restart   a worker that exits on its own (a crash), after a second; five quick deaths in a row
+              stop the whole server instead of looping.
+
+A worker whose supervisor disappears (killed with SIGKILL) notices within a second and stops itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from types import FrameType
+
+from gateway.config import Config, load_config
+
+log = logging.getLogger("ultraroute.serve")
+
+BACKLOG = 2048
+RESTART_DELAY_S = 1.0
+QUICK_DEATH_S = 10.0  # a worker that dies sooner than this after its start counts towards giving up
+MAX_QUICK_DEATHS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """The `serve` flags every worker needs to build the same gateway (picklable: sent to workers)."""
+
+    config: str
+    policies: str | None
+    open_access: bool
+    host: str
+    port: int
+    log_level: str
+
+
+def worker_count(value: str) -> int:
+    """`--workers`: a positive number, or `auto` for the cores this process may run on."""
+    if value == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = int(value)  # argparse turns the ValueError into a usage error
+    if count < 1:
+        raise ValueError(value)
+    return count
+
+
+def load(options: ServeOptions, worker: int | None = None) -> Config:
+    config = load_config(Path(options.config), Path(options.policies) if options.policies else None,
+                         open_access=options.open_access)
+    return config if worker is None else replace(config, worker=worker)
+
+
+def run_server(config: Config, options: ServeOptions, sockets: list[socket.socket] | None = None) -> None:
+    """The gateway's app under uvicorn, in this process, until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from gateway.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(config), host=options.host, port=options.port, loop="uvloop", http="httptools",
+        access_log=False, log_level=options.log_level, lifespan="on", backlog=BACKLOG))
+    server.run(sockets=sockets)
+
+
+def serve(options: ServeOptions, workers: int, config: Config) -> int:
+    """Run the gateway with `workers` processes (`config`: as `load(options)` read it); returns the exit
+    status."""
+    if workers == 1:
+        run_server(config, options)
+        return 0
+    if config.redis_url is None:
+        print(f"ultraroute: {workers} workers without REDIS_URL: each worker measures endpoints, trips circuits "
+              "and enforces client limits and budgets alone; set REDIS_URL to share them", file=sys.stderr)
+    return Supervisor(options, workers).run()
+
+
+def _listen(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one port (SO_REUSEPORT), or one socket `count` times."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    reuse_port = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count if reuse_port else 1):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            port = sock.getsockname()[1]  # with port 0, the rest join the port the first one got
+            sock.listen(BACKLOG)
+            sockets.append(sock)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets if reuse_port else sockets * count
+
+
+class Supervisor:
+    """Starts the workers, forwards signals to them, restarts the ones that crash."""
+
+    def __init__(self, options: ServeOptions, workers: int) -> None:
+        self.options = options
+        self.count = workers
+        self.procs: dict[int, BaseProcess] = {}  # worker index -> its process
+        self.started: dict[int, float] = {}
+        self.stopping = False
+        self.quick_deaths = 0
+        self._context = multiprocessing.get_context("spawn")
+
+    def run(self) -> int:
+        sockets = _listen(self.options.host, self.options.port, self.count)
+        self.sockets = sockets
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        try:
+            for index in range(self.count):
+                if not self.stopping:
+                    self._start(index)
+            print(f"ultraroute: {self.count} workers on http://{self.options.host}:"
+                  f"{sockets[0].getsockname()[1]} (pids {' '.join(str(p.pid) for p in self.procs.values())})",
+                  file=sys.stderr, flush=True)
+            return self._watch()
+        finally:
+            for proc in self.procs.values():
+                if proc.is_alive():
+                    proc.kill()
+            for sock in set(sockets):
+                sock.close()
+
+    def _start(self, index: int) -> None:
+        proc = self._context.Process(target=_worker_main, name=f"ultraroute-worker-{index}",
+                                     args=(self.options, index, self.sockets[index], os.getpid()))
+        proc.start()
+        self.procs[index] = proc
+        self.started[index] = time.monotonic()
+
+    def _watch(self) -> int:
+        status = 0
+        while self.procs:
+            ready = wait([p.sentinel for p in self.procs.values()], timeout=1.0)
+            for index, proc in list(self.procs.items()):
+                if proc.sentinel not in ready:
+                    continue
+                proc.join()
+                del self.procs[index]
+                if self.stopping:
+                    continue
+                quick = time.monotonic() - self.started[index] < QUICK_DEATH_S
+                self.quick_deaths = self.quick_deaths + 1 if quick else 0
+                if self.quick_deaths >= MAX_QUICK_DEATHS:
+                    print(f"ultraroute: workers keep dying (last exit code {proc.exitcode}); stopping",
+                          file=sys.stderr, flush=True)
+                    self._forward(signal.SIGTERM)
+                    self.stopping = True
+                    status = 1
+                    continue
+                print(f"ultraroute: worker {index} (pid {proc.pid}) exited with {proc.exitcode}; restarting",
+                      file=sys.stderr, flush=True)
+                time.sleep(RESTART_DELAY_S)
+                if not self.stopping:
+                    self._start(index)
+        return status
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._forward(signal.SIGHUP)
+        elif self.stopping:  # a second request to stop: do not wait for the requests in flight
+            for proc in self.procs.values():
+                proc.kill()
+        else:
+            self.stopping = True
+            self._forward(signal.SIGTERM)
+
+    def _forward(self, signum: int) -> None:
+        for proc in self.procs.values():
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signum)
+
+
+def _worker_main(options: ServeOptions, index: int, sock: socket.socket, parent: int) -> None:
+    """A worker process: the gateway on the supervisor's socket, until SIGTERM."""
+    os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the supervisor only; it forwards one SIGTERM
+    # SIGHUP's default would kill the worker: ignored unless the app installs its own handler (reload).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    threading.Thread(target=_stop_when_orphaned, args=(parent,), daemon=True, name="orphan-watch").start()
+    config = load(options, worker=index)
+    run_server(config, options, sockets=[sock])
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """Gunicorn's rule: a worker whose supervisor is gone (re-parented) stops itself gracefully."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
