@@ -98,7 +98,7 @@ def catalogue_for(sim: Any, models: dict[str, list[dict[str, Any]]],
 class GatewayProcess:
     def __init__(self, catalogue: dict[str, Any], env: dict[str, str] | None = None,
                  policies: Path | None = ROOT / "policies", open_access: bool = True,
-                 log_level: str = "info") -> None:
+                 log_level: str = "info", workers: int = 1) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ultraroute-gw-"))
         self.config = self.dir / "providers.yaml"
         self.config.write_text(yaml.safe_dump(catalogue))
@@ -113,6 +113,7 @@ class GatewayProcess:
         self.open_access = open_access
         self.policies = policies
         self.log_level = log_level
+        self.workers = workers  # `serve --workers N`: N worker processes behind this one
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, tries: int = 3) -> GatewayProcess:
@@ -133,9 +134,13 @@ class GatewayProcess:
         args += ["--policies", str(self.policies) if self.policies else ""]
         if self.open_access:
             args.append("--open")
+        if self.workers != 1:
+            args += ["--workers", str(self.workers)]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=log)
-        wait_ready(self.proc, f"{self.url}/healthz", 20, "gateway", lambda: self.log_path.read_text()[-2000:])
+        # N workers import and start side by side, on a machine other tests keep busy too.
+        timeout_s = 20 if self.workers == 1 else 45
+        wait_ready(self.proc, f"{self.url}/healthz", timeout_s, "gateway", lambda: self.log_path.read_text()[-2000:])
         return self
 
     def stop(self) -> None:

@@ -1,0 +1,103 @@
+"""End to end: `ultraroute serve --workers 2`, each worker a replica.
+
+With Redis, a request one worker served shows in the other's `/v1/endpoints` (they share stats as
+replicas on different machines do). A keep-alive connection stays with the worker that accepted it,
+so a client pinned to each worker (told apart by `/healthz`'s replica id) can ask each in turn.
+Without Redis, start-up says that each worker measures and limits alone. SIGTERM to the supervisor
+stops every worker, and it exits 0.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import openai
+import pytest
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.harness import GatewayProcess, catalogue_for
+
+FAST = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 10_000, "output_tokens": 4}
+
+
+def pinned_clients(url: str, workers: int) -> dict[str, httpx.Client]:
+    """One keep-alive client per worker: replica id -> a client whose connection that worker accepted."""
+    found: dict[str, httpx.Client] = {}
+    for _ in range(100):  # the kernel spreads new connections over the workers at random
+        client = httpx.Client(base_url=url, timeout=20, limits=httpx.Limits(max_connections=1))
+        replica = client.get("/healthz").json()["replica"]
+        if replica in found:
+            client.close()
+            continue
+        found[replica] = client
+        if len(found) == workers:
+            return found
+    raise AssertionError(f"only {sorted(found)} answered 100 new connections")
+
+
+def requests_seen(client: httpx.Client) -> int:
+    return sum(row["stats"]["requests"] for row in client.get("/v1/endpoints").json()["data"])
+
+
+def wait_until_seen(client: httpx.Client, n: int) -> None:
+    """Stats are recorded after the response and shared every flush: wait for them (bounded)."""
+    deadline = time.monotonic() + 15
+    while requests_seen(client) < n:
+        assert time.monotonic() < deadline, f"{client.get('/healthz').json()} never saw {n} request(s)"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def sim() -> SimProcess:
+    with SimProcess(make_sim_config({"fast": FAST})) as sim:
+        yield sim
+
+
+def test_two_workers_share_stats_through_redis(sim: SimProcess, redis_url: str) -> None:
+    catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast"}]},
+                              gateway={"redis_key_prefix": f"t-{uuid.uuid4().hex[:8]}", "telemetry_flush_s": 0.2})
+    gw = GatewayProcess(catalogue, env={"REDIS_URL": redis_url}, workers=2).start()
+    try:
+        clients = pinned_clients(gw.url, 2)
+        (first, a), (second, b) = clients.items()
+        assert first != second
+        assert requests_seen(a) == 0 and requests_seen(b) == 0
+        sdk = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, http_client=a)
+        answer = sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert answer.choices[0].message.content
+        assert a.get("/healthz").json()["replica"] == first  # it was the first worker that served it
+        wait_until_seen(b, 1)  # the other worker's view, merged from Redis
+        wait_until_seen(a, 1)
+        assert b.get("/healthz").json()["replica"] == second
+        assert requests_seen(a) == 1 and requests_seen(b) == 1  # counted once, not once per worker
+        for client in clients.values():
+            client.close()
+        assert "without REDIS_URL" not in gw.logs()
+    finally:
+        proc = gw.proc
+        gw.stop()
+    assert proc is not None and proc.returncode == 0, gw.logs()[-2000:]  # SIGTERM: a clean stop
+
+
+def test_without_redis_each_worker_says_it_stands_alone(sim: SimProcess) -> None:
+    """...and each reads the client keys from the keys file, as a single process does."""
+    catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast"}]})
+    gw = GatewayProcess(catalogue, workers=2, open_access=False)
+    key = gw.create_key()
+    with gw.start():
+        clients = pinned_clients(gw.url, 2)  # both serve
+        for client in clients.values():
+            stranger = openai.OpenAI(base_url=gw.base_url, api_key="ur-wrong", max_retries=0, http_client=client)
+            with pytest.raises(openai.AuthenticationError):
+                stranger.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            sdk = openai.OpenAI(base_url=gw.base_url, api_key=key, max_retries=0, http_client=client)
+            assert sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        for client in clients.values():
+            wait_until_seen(client, 1)
+        for client in clients.values():
+            assert requests_seen(client) == 1  # its own request only: nothing is shared
+            client.close()
+        notices = [line for line in gw.logs().splitlines() if "2 workers without REDIS_URL" in line]
+        assert len(notices) == 1 and "each worker measures endpoints" in notices[0], gw.logs()[-2000:]
