@@ -17,7 +17,8 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.serve.workers import ServeOptions, load, serve
 
     options = ServeOptions(config=args.config, policies=args.policies or None, open_access=args.open,
-                           host=args.host, port=args.port, log_level=args.log_level)
+                           host=args.host, port=args.port, log_level=args.log_level,
+                           worker_ports=args.worker_ports)
     config = load(options)
     refusal = refuse_without_keys(config, args.config)
     if refusal is not None:
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=_workers, default=1, metavar="N|auto",
                        help="worker processes, each a replica (auto: one per core); share state through "
                        "REDIS_URL")
+    serve.add_argument("--worker-ports", type=int, default=None, metavar="FIRST",
+                       help="worker i also answers on port FIRST+i: scrape each worker's /metrics there")
     serve.set_defaults(func=_serve)
 
     simulate = sub.add_parser("simulate", help="run simulated OpenAI-compatible providers")

@@ -98,7 +98,7 @@ def catalogue_for(sim: Any, models: dict[str, list[dict[str, Any]]],
 class GatewayProcess:
     def __init__(self, catalogue: dict[str, Any], env: dict[str, str] | None = None,
                  policies: Path | None = ROOT / "policies", open_access: bool = True,
-                 log_level: str = "info", workers: int = 1) -> None:
+                 log_level: str = "info", workers: int = 1, serve_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ultraroute-gw-"))
         self.config = self.dir / "providers.yaml"
         self.config.write_text(yaml.safe_dump(catalogue))
@@ -114,6 +114,7 @@ class GatewayProcess:
         self.policies = policies
         self.log_level = log_level
         self.workers = workers  # `serve --workers N`: N worker processes behind this one
+        self.serve_args = serve_args  # more `serve` flags
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, tries: int = 3) -> GatewayProcess:
@@ -136,6 +137,7 @@ class GatewayProcess:
             args.append("--open")
         if self.workers != 1:
             args += ["--workers", str(self.workers)]
+        args += self.serve_args
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=log)
         # N workers import and start side by side, on a machine other tests keep busy too.

@@ -9,6 +9,8 @@ stops every worker, and it exits 0.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 import uuid
 
@@ -17,7 +19,7 @@ import openai
 import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import GatewayProcess, catalogue_for, free_port
 
 FAST = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 10_000, "output_tokens": 4}
 
@@ -35,6 +37,20 @@ def pinned_clients(url: str, workers: int) -> dict[str, httpx.Client]:
         if len(found) == workers:
             return found
     raise AssertionError(f"only {sorted(found)} answered 100 new connections")
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports that were all free a moment ago."""
+    for _ in range(50):
+        first = free_port()
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(first, first + count):
+                    stack.enter_context(socket.create_server(("127.0.0.1", port)))
+            except OSError:
+                continue
+        return first
+    raise AssertionError("no run of free ports")
 
 
 def requests_seen(client: httpx.Client) -> int:
@@ -58,11 +74,16 @@ def sim() -> SimProcess:
 def test_two_workers_share_stats_through_redis(sim: SimProcess, redis_url: str) -> None:
     catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast"}]},
                               gateway={"redis_key_prefix": f"t-{uuid.uuid4().hex[:8]}", "telemetry_flush_s": 0.2})
-    gw = GatewayProcess(catalogue, env={"REDIS_URL": redis_url}, workers=2).start()
+    own = free_ports(2)
+    gw = GatewayProcess(catalogue, env={"REDIS_URL": redis_url}, workers=2,
+                        serve_args=("--worker-ports", str(own))).start()
     try:
         clients = pinned_clients(gw.url, 2)
         (first, a), (second, b) = clients.items()
         assert first != second
+        # Each worker also answers on its own port, e.g. for Prometheus to scrape each one.
+        assert {httpx.get(f"http://127.0.0.1:{port}/healthz").json()["replica"] for port in (own, own + 1)} == \
+            {first, second}
         assert requests_seen(a) == 0 and requests_seen(b) == 0
         sdk = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0, http_client=a)
         answer = sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])

@@ -20,6 +20,8 @@ small supervisor:
               stop the whole server instead of looping.
 
 A worker whose supervisor disappears (killed with SIGKILL) notices within a second and stops itself.
+Metrics, in-flight counts and circuits live in each worker; with `--worker-ports FIRST`, worker i also
+answers on port FIRST + i, so Prometheus can scrape every worker (the shared port reaches any one).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class ServeOptions:
     host: str
     port: int
     log_level: str
+    worker_ports: int | None = None  # worker i also answers on worker_ports + i (scrape each one there)
 
 
 def worker_count(value: str) -> int:
@@ -91,30 +94,48 @@ def run_server(config: Config, options: ServeOptions, sockets: list[socket.socke
 def serve(options: ServeOptions, workers: int, config: Config) -> int:
     """Run the gateway with `workers` processes (`config`: as `load(options)` read it); returns the exit
     status."""
+    if workers == 1 and options.worker_ports is None:
+        run_server(config, options)  # uvicorn binds the port itself, as it always has
+        return 0
+    try:
+        shared, own = _listen(options.host, options.port, workers), []
+        if options.worker_ports is not None:
+            own = [_bind(options.host, options.worker_ports + i) for i in range(workers)]
+    except OSError as err:
+        print(f"error: cannot listen on {options.host}:{options.port} or the worker ports: "
+              f"{(err.strerror or str(err)).lower()}", file=sys.stderr)
+        return 1
     if workers == 1:
-        run_server(config, options)
+        run_server(config, options, [shared[0], *own])
         return 0
     if config.redis_url is None:
         print(f"ultraroute: {workers} workers without REDIS_URL: each worker measures endpoints, trips circuits "
               "and enforces client limits and budgets alone; set REDIS_URL to share them", file=sys.stderr)
-    return Supervisor(options, workers).run()
+    return Supervisor(options, shared, own).run()
+
+
+def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _listen(host: str, port: int, count: int) -> list[socket.socket]:
     """`count` listening sockets on one port (SO_REUSEPORT), or one socket `count` times."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    reuse_port = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+    reuse_port = count > 1 and sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
     sockets: list[socket.socket] = []
     try:
         for _ in range(count if reuse_port else 1):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, port))
-            port = sock.getsockname()[1]  # with port 0, the rest join the port the first one got
-            sock.listen(BACKLOG)
-            sockets.append(sock)
+            sockets.append(_bind(host, port, reuse_port))
+            port = sockets[0].getsockname()[1]  # with port 0, the rest join the port the first one got
     except OSError:
         for sock in sockets:
             sock.close()
@@ -125,9 +146,11 @@ def _listen(host: str, port: int, count: int) -> list[socket.socket]:
 class Supervisor:
     """Starts the workers, forwards signals to them, restarts the ones that crash."""
 
-    def __init__(self, options: ServeOptions, workers: int) -> None:
+    def __init__(self, options: ServeOptions, shared: list[socket.socket], own: list[socket.socket]) -> None:
         self.options = options
-        self.count = workers
+        self.count = len(shared)
+        self.sockets = shared  # worker i accepts from sockets[i] (maybe one socket for all)...
+        self.own = own  # ...and from own[i], its own port, if any
         self.procs: dict[int, BaseProcess] = {}  # worker index -> its process
         self.started: dict[int, float] = {}
         self.stopping = False
@@ -135,8 +158,7 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
 
     def run(self) -> int:
-        sockets = _listen(self.options.host, self.options.port, self.count)
-        self.sockets = sockets
+        sockets = self.sockets
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         try:
@@ -151,15 +173,19 @@ class Supervisor:
             for proc in self.procs.values():
                 if proc.is_alive():
                     proc.kill()
-            for sock in set(sockets):
+            for sock in {*sockets, *self.own}:
                 sock.close()
 
     def _start(self, index: int) -> None:
         proc = self._context.Process(target=_worker_main, name=f"ultraroute-worker-{index}",
-                                     args=(self.options, index, self.sockets[index], os.getpid()))
+                                     args=(self.options, index, self._sockets_of(index), os.getpid()))
         proc.start()
         self.procs[index] = proc
         self.started[index] = time.monotonic()
+
+    def _sockets_of(self, index: int) -> list[socket.socket]:
+        """The shared port's socket for this worker, and its own port's, if any."""
+        return [self.sockets[index], *self.own[index:index + 1]]
 
     def _watch(self) -> int:
         status = 0
@@ -204,14 +230,14 @@ class Supervisor:
                 os.kill(proc.pid, signum)
 
 
-def _worker_main(options: ServeOptions, index: int, sock: socket.socket, parent: int) -> None:
+def _worker_main(options: ServeOptions, index: int, sockets: list[socket.socket], parent: int) -> None:
     """A worker process: the gateway on the supervisor's socket, until SIGTERM."""
     os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the supervisor only; it forwards one SIGTERM
     # SIGHUP's default would kill the worker: ignored unless the app installs its own handler (reload).
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     threading.Thread(target=_stop_when_orphaned, args=(parent,), daemon=True, name="orphan-watch").start()
     config = load(options, worker=index)
-    run_server(config, options, sockets=[sock])
+    run_server(config, options, sockets)
 
 
 def _stop_when_orphaned(parent: int) -> None:
