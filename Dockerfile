@@ -1,5 +1,5 @@
-# The Ultraroute gateway (and the simulated providers, same image). One uvicorn worker per container:
-# metrics are per process, so scale with replicas (docker-compose.yml runs two behind nginx).
+# The Ultraroute gateway (and the simulated providers, same image). One worker process by default;
+# `serve --workers N|auto` runs more, each a replica (docker-compose.yml runs two containers of two).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

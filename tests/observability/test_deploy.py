@@ -86,7 +86,17 @@ def test_mounted_configs_name_the_compose_services() -> None:
     gateways = {name for name, s in services.items() if "serve" in (s.get("command") or [])}
     prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {f"{g}:8080" for g in gateways}  # every replica, scraped directly
+    expected = set()
+    for g in gateways:  # every worker of every replica, scraped directly on its own port
+        command = services[g]["command"]
+        workers = int(command[command.index("--workers") + 1]) if "--workers" in command else 1
+        if "--worker-ports" in command:
+            first = int(command[command.index("--worker-ports") + 1])
+            expected |= {f"{g}:{first + i}" for i in range(workers)}
+        else:
+            assert workers == 1, f"{g}: {workers} workers behind one port cannot be scraped one by one"
+            expected.add(f"{g}:8080")
+    assert targets == expected
     nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
     assert set(re.findall(r"^\s*server (\S+):8080", nginx, flags=re.M)) == gateways
     assert "proxy_buffering off" in nginx  # streams must not be buffered
