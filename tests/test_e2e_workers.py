@@ -3,13 +3,14 @@
 With Redis, a request one worker served shows in the other's `/v1/endpoints` (they share stats as
 replicas on different machines do). A keep-alive connection stays with the worker that accepted it,
 so a client pinned to each worker (told apart by `/healthz`'s replica id) can ask each in turn.
-Without Redis, start-up says that each worker measures and limits alone. SIGTERM to the supervisor
-stops every worker, and it exits 0.
+Without Redis, start-up says that each worker measures and limits alone. SIGHUP reaches the workers
+without killing anyone; SIGTERM to the supervisor stops every worker, and it exits 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import time
 import uuid
@@ -107,7 +108,7 @@ def test_without_redis_each_worker_says_it_stands_alone(sim: SimProcess) -> None
     catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast"}]})
     gw = GatewayProcess(catalogue, workers=2, open_access=False)
     key = gw.create_key()
-    with gw.start():
+    with gw:
         clients = pinned_clients(gw.url, 2)  # both serve
         for client in clients.values():
             stranger = openai.OpenAI(base_url=gw.base_url, api_key="ur-wrong", max_retries=0, http_client=client)
@@ -119,6 +120,12 @@ def test_without_redis_each_worker_says_it_stands_alone(sim: SimProcess) -> None
             wait_until_seen(client, 1)
         for client in clients.values():
             assert requests_seen(client) == 1  # its own request only: nothing is shared
+        assert gw.proc is not None
+        gw.proc.send_signal(signal.SIGHUP)  # forwarded to the workers (a reload where the app has one)
+        time.sleep(0.5)
+        for replica, client in clients.items():  # nobody died of it: same workers, same connections
+            assert client.get("/healthz").json()["replica"] == replica
             client.close()
+        assert gw.proc.poll() is None
         notices = [line for line in gw.logs().splitlines() if "2 workers without REDIS_URL" in line]
         assert len(notices) == 1 and "each worker measures endpoints" in notices[0], gw.logs()[-2000:]

@@ -3,10 +3,11 @@
 With one worker the gateway runs in this process, as it always has. With N, this process becomes a
 small supervisor:
 
-    bind      the listening sockets, here, before any worker starts (a port in use fails at once). On
-              Linux, one `SO_REUSEPORT` socket per worker: the kernel spreads new connections evenly
-              over the workers' own accept queues, and a restarted worker gets its queue back.
-              Elsewhere, one socket that every worker accepts from.
+    bind      the listening socket, here, before any worker starts (a port in use fails at once),
+              and every worker accepts from it: a busy worker accepts less, an idle one more, and a
+              restarted worker finds the queue as it was. (Not `SO_REUSEPORT`: it would also let a
+              second gateway started on the same port by mistake silently take half the traffic,
+              and it keeps handing a saturated worker its share of new connections.)
     spawn     N workers (multiprocessing "spawn": a fresh interpreter, no state copied from here).
               Each loads the config itself, from the same file, environment and flags, and builds
               its own app: its own replica id, telemetry, health board, key ring and limits. With
@@ -98,7 +99,7 @@ def serve(options: ServeOptions, workers: int, config: Config) -> int:
         run_server(config, options)  # uvicorn binds the port itself, as it always has
         return 0
     try:
-        shared, own = _listen(options.host, options.port, workers), []
+        shared, own = _bind(options.host, options.port), []
         if options.worker_ports is not None:
             own = [_bind(options.host, options.worker_ports + i) for i in range(workers)]
     except OSError as err:
@@ -106,20 +107,18 @@ def serve(options: ServeOptions, workers: int, config: Config) -> int:
               f"{(err.strerror or str(err)).lower()}", file=sys.stderr)
         return 1
     if workers == 1:
-        run_server(config, options, [shared[0], *own])
+        run_server(config, options, [shared, *own])
         return 0
     if config.redis_url is None:
         print(f"ultraroute: {workers} workers without REDIS_URL: each worker measures endpoints, trips circuits "
               "and enforces client limits and budgets alone; set REDIS_URL to share them", file=sys.stderr)
-    return Supervisor(options, shared, own).run()
+    return Supervisor(options, workers, shared, own).run()
 
 
-def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError:
@@ -128,29 +127,15 @@ def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def _listen(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` listening sockets on one port (SO_REUSEPORT), or one socket `count` times."""
-    reuse_port = count > 1 and sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count if reuse_port else 1):
-            sockets.append(_bind(host, port, reuse_port))
-            port = sockets[0].getsockname()[1]  # with port 0, the rest join the port the first one got
-    except OSError:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets if reuse_port else sockets * count
-
-
 class Supervisor:
     """Starts the workers, forwards signals to them, restarts the ones that crash."""
 
-    def __init__(self, options: ServeOptions, shared: list[socket.socket], own: list[socket.socket]) -> None:
+    def __init__(self, options: ServeOptions, workers: int, shared: socket.socket,
+                 own: list[socket.socket]) -> None:
         self.options = options
-        self.count = len(shared)
-        self.sockets = shared  # worker i accepts from sockets[i] (maybe one socket for all)...
-        self.own = own  # ...and from own[i], its own port, if any
+        self.count = workers
+        self.shared = shared  # every worker accepts from it...
+        self.own = own  # ...and worker i from own[i], its own port, if any
         self.procs: dict[int, BaseProcess] = {}  # worker index -> its process
         self.started: dict[int, float] = {}
         self.stopping = False
@@ -158,7 +143,6 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
 
     def run(self) -> int:
-        sockets = self.sockets
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         try:
@@ -166,14 +150,14 @@ class Supervisor:
                 if not self.stopping:
                     self._start(index)
             print(f"ultraroute: {self.count} workers on http://{self.options.host}:"
-                  f"{sockets[0].getsockname()[1]} (pids {' '.join(str(p.pid) for p in self.procs.values())})",
+                  f"{self.shared.getsockname()[1]} (pids {' '.join(str(p.pid) for p in self.procs.values())})",
                   file=sys.stderr, flush=True)
             return self._watch()
         finally:
             for proc in self.procs.values():
                 if proc.is_alive():
                     proc.kill()
-            for sock in {*sockets, *self.own}:
+            for sock in (self.shared, *self.own):
                 sock.close()
 
     def _start(self, index: int) -> None:
@@ -185,7 +169,7 @@ class Supervisor:
 
     def _sockets_of(self, index: int) -> list[socket.socket]:
         """The shared port's socket for this worker, and its own port's, if any."""
-        return [self.sockets[index], *self.own[index:index + 1]]
+        return [self.shared, *self.own[index:index + 1]]
 
     def _watch(self) -> int:
         status = 0

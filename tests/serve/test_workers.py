@@ -1,4 +1,4 @@
-"""serve/workers.py without processes: `--workers` values, the listening sockets, the spend files."""
+"""serve/workers.py without processes: `--workers` values, a port in use, the spend files."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gateway.cli import build_parser
 from gateway.config import Config
-from gateway.serve.workers import _listen, worker_count
+from gateway.serve.workers import ServeOptions, load, serve, worker_count
 
 
 def test_worker_count() -> None:
@@ -29,16 +30,16 @@ def test_serve_flags() -> None:
         parser.parse_args(["serve", "--workers", "none"])
 
 
-def test_one_port_one_socket_per_worker() -> None:
-    sockets = _listen("127.0.0.1", 0, 3)
-    try:
-        ports = {s.getsockname()[1] for s in sockets}
-        assert len(sockets) == 3 and len(set(sockets)) == 3 and len(ports) == 1  # SO_REUSEPORT on Linux
-        with socket.create_connection(("127.0.0.1", ports.pop()), timeout=2):
-            pass  # the kernel queued it on one of the workers' sockets
-    finally:
-        for s in sockets:
-            s.close()
+def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "providers.yaml").write_text(yaml.safe_dump({
+        "providers": {"p": {"base_url": "http://p.test/v1"}},
+        "models": {"m": {"endpoints": [{"provider": "p", "model": "up", "price": {"input": 1, "output": 2}}]}}}))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        options = ServeOptions(config=str(tmp_path / "providers.yaml"), policies=None, open_access=True,
+                               host="127.0.0.1", port=port, log_level="warning")
+        assert serve(options, 2, load(options)) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 def test_without_redis_each_worker_keeps_its_own_spend_file(tmp_path: Path) -> None:
