@@ -140,8 +140,9 @@ class GatewayProcess:
         args += self.serve_args
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=log)
-        # N workers import and start side by side, on a machine other tests keep busy too.
-        timeout_s = 20 if self.workers == 1 else 45
+        # Generous: a start takes ~2 s on an idle machine, but over 20 s on a 2-core one that other test
+        # runs keep busy (main's own gateway too), and N workers import and start side by side.
+        timeout_s = 60 if self.workers == 1 else 90
         wait_ready(self.proc, f"{self.url}/healthz", timeout_s, "gateway", lambda: self.log_path.read_text()[-2000:])
         return self
 
