@@ -157,12 +157,17 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     async def refuse_overloaded(scope: Scope, receive: Receive, send: Send) -> None:
         """Past `max_in_flight`: 503 at once, counted, logged; no upstream is called or blamed."""
         overloaded = Overloaded(config.gateway.max_in_flight)
-        services: Services = scope["app"].state.services
+        request_id = scope.get("state", {}).get("request_id")
+        if request_id is None:  # the fast completion route: refused before its handler ran
+            request_id, send = assign_request_id(scope, send)
+        services: Services = app.state.services
         services.metrics.overloaded()
-        services.access_log.failed(scope["state"]["request_id"], overloaded)
+        services.access_log.failed(request_id, overloaded)
         await render_error(overloaded)(scope, receive, send)
 
-    app.add_middleware(Admission, limit=config.gateway.max_in_flight, refuse=refuse_overloaded)
+    # One count for the fast completion route and FastAPI's other client API routes.
+    admission = Admission(config.gateway.max_in_flight, refuse_overloaded)
+    app.add_middleware(admission.guard)  # type: ignore[arg-type]
     app.add_middleware(RequestIdMiddleware)  # outermost: the refusal carries x-request-id too
 
     def services_of(request: Request) -> Services:
@@ -222,7 +227,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             response = completion_crashed(services, request_id, scope["state"].get("model"))
         await response(scope, receive, send)
 
-    app.fast_routes = {("POST", "/v1/chat/completions"): completions}
+    app.fast_routes = {("POST", "/v1/chat/completions"): admission.guard(completions)}
 
     @app.post("/v1/route")
     async def route(request: Request) -> JSONResponse:

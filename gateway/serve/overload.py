@@ -2,7 +2,7 @@
 
 When the gateway itself is the bottleneck, queueing more work only makes every request late, and a
 late request times out against an upstream budget and is blamed on a healthy provider. `Admission`
-is an ASGI wrapper that counts the client API requests (POST under `/v1/`) in flight, from the
+wraps ASGI apps and counts the client API requests (POST under `/v1/`) in flight, from the
 request's arrival to its response's last byte (a stream counts until it ends), and hands the ones
 past the limit to `refuse` (app.py renders the 503 `overloaded` with `retry-after`).
 
@@ -21,23 +21,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class Admission:
-    """Counts admitted requests; `refuse` answers the ones past `limit`. No lock: one event loop."""
+    """Counts admitted requests; `refuse` answers the ones past `limit`. No lock: one event loop.
+    `guard(app)` wraps any ASGI app (FastAPI's stack, a plain handler) in the one shared count."""
 
-    def __init__(self, app: ASGIApp, limit: int, refuse: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, limit: int, refuse: ASGIApp) -> None:
         self.limit = limit
         self.refuse = refuse
         self.in_flight = 0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
-        if self.in_flight >= self.limit:
-            await self.refuse(scope, receive, send)
-            return
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.in_flight -= 1
+    def guard(self, app: ASGIApp) -> ASGIApp:
+        async def admitted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/v1/"):
+                await app(scope, receive, send)
+                return
+            if self.in_flight >= self.limit:
+                await self.refuse(scope, receive, send)
+                return
+            self.in_flight += 1
+            try:
+                await app(scope, receive, send)
+            finally:
+                self.in_flight -= 1
+
+        return admitted

@@ -32,20 +32,21 @@ async def test_refuses_past_the_limit_and_counts_until_the_response_ends() -> No
     async def send(message: Message) -> None:
         pass
 
-    admission = Admission(app, limit=2, refuse=refuse)
-    running = [asyncio.ensure_future(admission(scope(), receive, send)) for _ in range(2)]
+    admission = Admission(limit=2, refuse=refuse)
+    guarded = admission.guard(app)
+    running = [asyncio.ensure_future(guarded(scope(), receive, send)) for _ in range(2)]
     await asyncio.sleep(0)
     assert admission.in_flight == 2
-    await admission(scope(), receive, send)  # the third: refused at once, while two are in flight
+    await guarded(scope(), receive, send)  # the third: refused at once, while two are in flight
     assert refused == ["/v1/chat/completions"] and not served
     for exempt in (scope("GET", "/v1/endpoints"), scope("GET", "/metrics"), scope("POST", "/admin/keys")):
         release.set()
-        await admission(exempt, receive, send)  # operator routes are never refused, nor counted
+        await guarded(exempt, receive, send)  # operator routes are never refused, nor counted
     await asyncio.gather(*running)
     assert admission.in_flight == 0 and len(refused) == 1 and len(served) == 5
     release.clear()
     release.set()
-    await admission(scope(), receive, send)  # room again
+    await guarded(scope(), receive, send)  # room again
     assert len(served) == 6 and len(refused) == 1
 
 
@@ -56,8 +57,9 @@ async def test_a_failing_request_gives_its_place_back() -> None:
     async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
         raise AssertionError("not refused")
 
-    admission = Admission(app, limit=1, refuse=refuse)
+    admission = Admission(limit=1, refuse=refuse)
+    guarded = admission.guard(app)
     for _ in range(3):
         with pytest.raises(RuntimeError):
-            await admission(scope(), None, None)  # type: ignore[arg-type]
+            await guarded(scope(), None, None)  # type: ignore[arg-type]
     assert admission.in_flight == 0
