@@ -129,6 +129,9 @@ class GatewayFile(_Frozen):
     breaker_open_s: float = Field(default=30.0, gt=0)  # how long before a half-open probe
     stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
     explore_rate: float = Field(default=0.05, ge=0, le=1)  # requests that re-check a stale endpoint
+    # Seeds the router's draws (exploration, weighted and power-of-two picks) so a routing run can be
+    # replayed; unset, every process draws differently.
+    random_seed: int | None = None
     sticky_idle_s: float = Field(default=600.0, gt=0)  # a conversation's affinity lasts this long idle
     redis_key_prefix: str = Field(default="ur", min_length=1)  # replicas sharing stats share this
     telemetry_flush_s: float = Field(default=0.5, gt=0, le=10)  # Redis flush and refresh interval

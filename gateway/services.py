@@ -8,6 +8,7 @@ argument. There are no module-level singletons.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ async def open_services(
     upstreams = Upstreams(config.catalogue.providers, transport_factory)
     settings = RouterSettings(explore_rate=config.gateway.explore_rate,
                               sticky_idle_s=config.gateway.sticky_idle_s)
-    router = Router(config.catalogue, telemetry, settings)
+    router = Router(config.catalogue, telemetry, settings, rng=random.Random(config.gateway.random_seed))
     health = HealthBoard(BreakerSettings(failure_threshold=config.gateway.breaker_failures,
                                          open_s=config.gateway.breaker_open_s,
                                          max_open_s=config.health.max_open_s))

@@ -186,9 +186,30 @@ def test_garbage_bodies_are_400(client: httpx.Client, raw: bytes) -> None:
 
 
 def test_no_unhandled_errors_logged(client: httpx.Client, gateway: GatewayProcess) -> None:
-    """Runs after the tests above (same module, file order): none of them reached the catch-all."""
+    """Self-contained: sends a sample of every kind of hostile input itself (whatever ran before), then
+    finds no request that reached the catch-all (`unhandled error`) or left a traceback in the log."""
+    deep: Any = "x"
+    for _ in range(20):
+        deep = [deep]
+    json_bodies: list[Any] = [{"model": "chat-model", "messages": USER, "metadata": deep},
+                              {"model": "chat-model", "messages": USER * 51},
+                              {"model": "chat-model", "messages": USER, "provider": {"teleport": True}},
+                              {"model": "chat-\r\nx-evil: 1", "messages": USER, "stream": True},
+                              {"model": "chat-model", "messages": [{"role": "user", "content": {"x": 1}}]}]
+    raw_bodies = [b"", b"\xff\xfe\x00", b"{", b"null", b'{"model": NaN}', b"[" * 5000 + b"]" * 5000,
+                  b'{"model": "chat-model", "messages": 7}']
+    statuses = [client.post("/chat/completions", json=body).status_code for body in json_bodies]
+    statuses += [client.post(path, content=raw, headers={"content-type": "application/json"}).status_code
+                 for raw in raw_bodies for path in ("/chat/completions", "/route")]
+    statuses.append(client.post("/chat/completions", content=chunks(1 << 20)).status_code)
+    statuses.append(client.post("/chat/completions", json={"model": "chat-model", "messages": USER},
+                                headers={"x-ultraroute-sped": "fast", "x-request-id": b"\xff"}).status_code)
+    proxied = raw_exchange(gateway.port, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
+    assert len(statuses) == 21 and all(s < 500 for s in statuses) and statuses.count(200) <= 1, statuses
+    assert proxied.startswith(b"HTTP/1.1 4"), proxied[:200]
     assert client.get(f"{gateway.url}/healthz").status_code == 200
-    assert "unhandled error" not in gateway.logs() and "Traceback" not in gateway.logs()
+    logs = gateway.logs()
+    assert "unhandled error" not in logs and "Traceback" not in logs, logs[-3000:]
 
 
 # --- (b) no SSRF ----------------------------------------------------------------------------------
@@ -250,10 +271,19 @@ def test_no_request_makes_the_gateway_connect_elsewhere(client: httpx.Client, ga
                                     headers=headers).status_code)
     # Proxy-style requests: an absolute-form target naming the listener, and CONNECT to it.
     payload = b'{"model": "chat-model", "messages": [{"role": "user", "content": "hi"}]}'
-    for first_line in (f"POST {url}/chat/completions HTTP/1.1", f"CONNECT {host} HTTP/1.1"):
-        raw_exchange(gateway.port, (f"{first_line}\r\nHost: {host}\r\ncontent-type: application/json\r\n"
-                                    f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n").encode()
-                     + payload)
+    replies = {}
+    for method, first_line in (("absolute", f"POST {url}/chat/completions HTTP/1.1"),
+                               ("connect", f"CONNECT {host} HTTP/1.1")):
+        replies[method] = raw_exchange(
+            gateway.port, (f"{first_line}\r\nHost: {host}\r\ncontent-type: application/json\r\n"
+                           f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n").encode() + payload)
+    # An absolute-form target is read as the gateway's own route: served from its catalogue, by its
+    # own endpoint, never forwarded to the host it names; CONNECT is no tunnel, it is refused (400).
+    head, _, body = replies["absolute"].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), replies["absolute"][:300]
+    assert b"\r\nx-ultraroute-endpoint: std\r\n" in head and b'"object":"chat.completion"' in body
+    assert replies["connect"].startswith(b"HTTP/1.1 400 "), replies["connect"][:300]
+    assert b"200 Connection established" not in replies["connect"]
 
     assert 500 not in statuses and 200 in statuses  # the hostile options were refused or ignored
     time.sleep(0.3)  # a connection attempt made late (a retry, a hedge) would show by now
