@@ -84,9 +84,9 @@ def test_replica_b_sees_traffic_sent_only_through_a(sim: SimProcess, redis_url: 
     with a, b:
         body = {"model": "m", "messages": USER}
         served(asyncio.run(burst(a.base_url, [body] * 30, 5)))
-        sent_at = time.monotonic()
-        took = wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] == 30, timeout=2.0)
-        assert time.monotonic() - sent_at < 2.0 and took < 2.0
+        took = wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] == 30, timeout=10)
+        # A flushes every 0.25 s and B refreshes as often: about 0.5 s, 2 s on a busy machine.
+        assert took < 2.0, took
         assert endpoints_view(b)["quick"]["stats"]["ttft_ms"]["p50"] > 0
 
 
@@ -98,13 +98,18 @@ def test_redis_restart_loses_no_request_and_sharing_resumes(sim: SimProcess,
     stop = threading.Event()
 
     def traffic() -> None:
-        with httpx.Client(base_url=a.base_url, timeout=10) as client:
-            while not stop.is_set():
-                r = client.post("/chat/completions", json={"model": "m", "messages": USER})
-                sent[0] += 1
-                if r.status_code != 200:
-                    failures.append(r.text)
-                time.sleep(0.01)
+        """Runs beside the restart; anything that goes wrong lands in `failures`, asserted by the test
+        (an exception raised in a thread would only be a warning)."""
+        try:
+            with httpx.Client(base_url=a.base_url, timeout=10) as client:
+                while not stop.is_set():
+                    r = client.post("/chat/completions", json={"model": "m", "messages": USER})
+                    sent[0] += 1
+                    if r.status_code != 200:
+                        failures.append(r.text)
+                    time.sleep(0.01)
+        except Exception as exc:  # any failure, reported by the main thread
+            failures.append(repr(exc))
 
     with a, b:
         thread = threading.Thread(target=traffic)
@@ -124,8 +129,10 @@ def test_redis_restart_loses_no_request_and_sharing_resumes(sim: SimProcess,
         # its own data meanwhile.)
         before = endpoints_view(b)["quick"]["stats"]["requests"]
         served(asyncio.run(burst(a.base_url, [{"model": "m", "messages": USER}] * 20, 4)))
-        wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] >= before + 20, timeout=4.0)
-        assert time.monotonic() - restarted < 5.0
+        wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] >= before + 20, timeout=20)
+        # Reconnecting backs off up to 2 s, then a flush and a refresh (0.25 s each), after the 1 s
+        # of traffic and the burst above: 5 s leaves room for a busy machine.
+        assert time.monotonic() - restarted < 5.0, time.monotonic() - restarted
         assert failures == [] and sent[0] > 50
         logs = a.logs()  # logged once per outage (by each user of Redis), not per request or round trip
         assert logs.count("Redis unreachable") == 3  # telemetry, health and client usage

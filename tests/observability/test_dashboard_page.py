@@ -80,10 +80,17 @@ def test_screenshot_artifact(gateway: GatewayProcess) -> None:
     ARTIFACT.parent.mkdir(exist_ok=True)
     ARTIFACT.unlink(missing_ok=True)
     stop = threading.Event()
+    failures: list[BaseException] = []
+    rounds = [0]
 
     def keep_busy() -> None:
-        while not stop.is_set():
-            _traffic(gateway)
+        """An assertion failing in a thread would only warn: failures go to the test's own thread."""
+        try:
+            while not stop.is_set():
+                _traffic(gateway)
+                rounds[0] += 1
+        except BaseException as exc:  # reported by the test's own thread
+            failures.append(exc)
 
     worker = threading.Thread(target=keep_busy, daemon=True)
     worker.start()
@@ -93,6 +100,7 @@ def test_screenshot_artifact(gateway: GatewayProcess) -> None:
     finally:
         stop.set()
         worker.join(timeout=30)
+    assert not worker.is_alive() and failures == [] and rounds[0] >= 1, (failures, rounds)
     assert result.returncode == 0, result.stderr[-2000:]
     assert ARTIFACT.exists() and ARTIFACT.stat().st_size > 10_000
     assert Path(ARTIFACT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
