@@ -220,3 +220,53 @@ def test_redis_outage_keeps_keys_and_limits_working(sim: SimProcess, private_red
         listing = httpx.get(f"{gw.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"})
         assert listing.status_code == 503 and error(listing)["code"] == "key_store_unavailable"
     assert "Redis unreachable" in gw.logs()
+
+
+def wait_for_status(gw: GatewayProcess, key: str, status: int, timeout: float = 10) -> float:
+    """Seconds until a request with `key` gets `status` (polled every 50 ms); fails after `timeout`."""
+    start = time.monotonic()
+    while (got := post(gw, key).status_code) != status:
+        assert time.monotonic() - start < timeout, f"still {got} after {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_a_revoked_key_stops_on_every_replica_within_keys_refresh_s(sim: SimProcess, redis_url: str) -> None:
+    refresh_s = 0.3
+    env = {"REDIS_URL": redis_url, "ULTRAROUTE_ADMIN_KEY": ADMIN_KEY}
+    cat = catalogue(sim, keys_refresh_s=refresh_s)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    a = GatewayProcess(cat, env=env, open_access=False)
+    b = GatewayProcess(cat, env=env, open_access=False)
+    a.create_key()  # a replica needs a key in the store to start
+    with a, b:
+        created = httpx.post(f"{a.url}/admin/keys", headers=admin, json={"name": "short-lived"}).json()
+        assert post(b, created["key"]).status_code == 200  # new on A, known to B at once
+        assert httpx.post(f"{a.url}/admin/keys/{created['id']}/revoke", headers=admin).status_code == 200
+        took = wait_for_status(b, created["key"], 401)
+    # B polls the store's version every 0.3 s; 1 s more for a busy machine.
+    assert took < refresh_s + 1.0, took
+
+
+def test_limits_sharing_resumes_after_redis_returns(sim: SimProcess, private_redis: PrivateRedis) -> None:
+    env = {"REDIS_URL": private_redis.url, "ULTRAROUTE_ADMIN_KEY": ADMIN_KEY}
+    cat = catalogue(sim, limits_sync_s=0.1, keys_refresh_s=0.2)
+    a = GatewayProcess(cat, env=env, open_access=False)
+    b = GatewayProcess(cat, env=env, open_access=False)
+    a.create_key()
+    with a, b:
+        private_redis.stop()
+        time.sleep(0.5)  # both replicas find Redis gone
+        private_redis.start()  # empty: keys and counters from before are gone with it
+        start = time.monotonic()
+        while (created := httpx.post(f"{a.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                                     json={"name": "after", "rpm": 3})).status_code != 201:
+            assert time.monotonic() - start < 10, created.text
+            time.sleep(0.1)
+        key = created.json()["key"]
+        for _ in range(3):
+            assert post(a, key).status_code == 200
+        time.sleep(1.0)  # ten sync intervals
+        over = post(b, key)  # B has served none of them: only shared counts can refuse it
+        assert over.status_code == 429 and error(over)["code"] == "rate_limit_exceeded", over.text
+    assert "Redis unreachable" in a.logs()

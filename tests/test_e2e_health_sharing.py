@@ -28,13 +28,17 @@ def test_breaker_and_cooldown_are_shared(redis_url: str) -> None:
         env = {"REDIS_URL": redis_url}
         with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
             sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
-            for _ in range(3):
-                assert post(a).status_code == 200  # served by std; A's breaker for fast opens
+            for _ in range(3):  # served by std; A's breaker for fast opens
+                r = post(a)
+                assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
+                assert r.headers["x-ultraroute-fallback"] == "fast->std (upstream_5xx)"
+                assert r.headers["x-ultraroute-attempts"] == "2"
             time.sleep(1.0)
             tried = sim.stats("fast")["requests"]
             r = post(b)
             assert r.headers["x-ultraroute-fallback"] == "fast->std (circuit_open)"
-            assert sim.stats("fast")["requests"] == tried  # B never tried the endpoint A found broken
+            assert r.headers["x-ultraroute-endpoint"] == "std" and r.headers["x-ultraroute-attempts"] == "1"
+            assert tried == 3 and sim.stats("fast")["requests"] == tried  # B never tried the endpoint A found broken
 
     with SimProcess(make_sim_config({"fast": dict(profile), "std": dict(profile)})) as sim:
         catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast", "tier": "fast"},

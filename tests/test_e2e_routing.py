@@ -21,6 +21,7 @@ from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
 
 USER = [{"role": "user", "content": "Refactor this function."}]
+SEED = 1313
 
 
 async def burst(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> list[httpx.Response]:
@@ -67,7 +68,7 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
             {"sim": "cheap", "id": "cheap", "tier": "standard", "price": {"input": 0.1, "output": 0.2},
              "quantization": "int4"},
         ],
-    })
+    }, gateway={"random_seed": SEED})  # the router's draws replay; timings still vary run to run
     with GatewayProcess(catalogue) as process:
         # Measure every endpoint a little first: routing is by measurement, and this is the measuring.
         for endpoint in ("std", "highspeed", "eu", "cheap"):
@@ -147,14 +148,24 @@ def test_route_explains_without_calling_upstream(gateway: GatewayProcess, sim: S
     assert meta["ultraroute"]["served"] == expected and meta["ultraroute"]["attempts"] == []
 
 
-def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim: SimProcess) -> None:
+@pytest.mark.parametrize("naming", ["session_id", "x-session-id", "prompt_cache_key"])
+def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim: SimProcess, naming: str) -> None:
+    """A conversation named by `session_id`, the `x-session-id` header or `prompt_cache_key` sticks to
+    the endpoint of its first turn. Without it, each turn is a fresh pick weighted toward the cheaper
+    of two (~62/38): 20 turns on one endpoint by chance is ~1 in 10,000."""
     client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
-    options = {"session_id": "agent-7", "provider": {"only": ["std", "eu"]}}
+    session = f"agent-{naming}"
+    options: dict[str, Any] = {"provider": {"only": ["std", "eu"]}}
+    headers = {}
+    if naming == "x-session-id":
+        headers[naming] = session
+    else:
+        options[naming] = session
     homes = []
     messages = list(USER)
     for turn in range(20):
         raw = client.chat.completions.with_raw_response.create(
-            model="flash", messages=messages, extra_body=options)
+            model="flash", messages=messages, extra_body=options, extra_headers=headers)
         homes.append(raw.headers["x-ultraroute-endpoint"])
         messages = [*messages, {"role": "assistant", "content": raw.parse().choices[0].message.content},
                     {"role": "user", "content": f"turn {turn}"}]
@@ -165,7 +176,7 @@ def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim:
         moved = []
         for _ in range(5):
             raw = client.chat.completions.with_raw_response.create(
-                model="flash", messages=messages, extra_body=options)
+                model="flash", messages=messages, extra_body=options, extra_headers=headers)
             moved.append(raw.headers["x-ultraroute-endpoint"])
         assert home not in moved and len(set(moved)) == 1, moved
     finally:
