@@ -200,7 +200,7 @@ def test_slow_fast_tier_is_demoted_for_its_slo(gateway: GatewayProcess, sim: Sim
         start = time.monotonic()
         r = post(gateway)
         served.append((start, r.headers["x-ultraroute-endpoint"], r.headers.get("x-ultraroute-fallback", "")))
-    demoted = next(i for i, (_, _, fallback) in enumerate(served) if fallback)
+    demoted = next((i for i, (_, _, fallback) in enumerate(served) if fallback), -1)
     assert 1 <= demoted <= 5 and served[demoted][1:] == ("std", "fast->std (slo)"), served
     last_fast = served[demoted - 1][0]  # the request whose slow answer demoted it
     probes = 0
