@@ -77,6 +77,19 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
         yield process
 
 
+def test_random_seed_replays_the_routers_picks(sim: SimProcess) -> None:
+    """`gateway.random_seed`: two gateways with the same seed make the same random picks (without a
+    sort, the first pick is random, weighted toward the cheaper), so a routing run can be replayed."""
+    endpoints = [{"sim": name, "id": name, "price": {"input": 1.0, "output": 2.0}} for name in ("std", "eu", "cheap")]
+    catalogue = catalogue_for(sim, {"m": endpoints}, gateway={"random_seed": SEED})
+    body = {"model": "m", "messages": USER}
+    picks = []
+    for _ in range(2):
+        with GatewayProcess(catalogue) as gw, httpx.Client(base_url=gw.base_url) as client:
+            picks.append([client.post("/route", json=body).json()["candidates"][0]["id"] for _ in range(16)])
+    assert picks[0] == picks[1] and len(set(picks[0])) >= 2, picks
+
+
 def test_nitro_follows_measured_speed_not_the_brochure(gateway: GatewayProcess) -> None:
     bodies = [{"model": "flash:nitro", "messages": USER}] * 200
     counts = served(asyncio.run(burst(gateway.base_url, bodies, 4)))
