@@ -143,7 +143,12 @@ class GatewayProcess:
         # Generous: a start takes ~2 s on an idle machine, but over 20 s on a 2-core one that other test
         # runs keep busy (main's own gateway too), and N workers import and start side by side.
         timeout_s = 60 if self.workers == 1 else 90
-        wait_ready(self.proc, f"{self.url}/healthz", timeout_s, "gateway", lambda: self.log_path.read_text()[-2000:])
+        try:
+            wait_ready(self.proc, f"{self.url}/healthz", timeout_s, "gateway",
+                       lambda: self.log_path.read_text()[-2000:])
+        except BaseException:
+            self.stop()  # `with` never reaches __exit__ when start fails: don't leave the process behind
+            raise
         return self
 
     def stop(self) -> None:
