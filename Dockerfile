@@ -10,15 +10,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
-COPY policies ./policies
-# Editable: the package's data files (dashboard/index.html, bench/prompts.yaml) are read from the
-# source tree, which pyproject.toml does not list as package data.
-RUN pip install -e . \
+# The package's data files (the built-in named policies, dashboard/index.html, bench/prompts.yaml) are
+# package data: installed with the code.
+RUN pip install . \
     && useradd --system --uid 10001 --no-create-home ultraroute
 
 USER ultraroute
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"]
-CMD ["ultraroute", "serve", "--config", "/etc/ultraroute/providers.yaml", "--policies", "/app/policies", \
+# Named policies: /etc/ultraroute/policies/ if mounted beside the catalogue, else the built-in set.
+CMD ["ultraroute", "serve", "--config", "/etc/ultraroute/providers.yaml", \
      "--host", "0.0.0.0", "--port", "8080", "--log-level", "info"]

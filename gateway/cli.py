@@ -10,13 +10,18 @@ import sys
 from pathlib import Path
 
 from gateway.config import ConfigError, load_catalogue, load_config
+from gateway.policy import policies_dir
+
+POLICIES_HELP = ("directory of named policies (default: policies/ beside the catalogue, else the built-in set; "
+                 "'' for none)")
 
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.access.command import refuse_without_keys
     from gateway.serve.workers import ServeOptions, load, serve
 
-    options = ServeOptions(config=args.config, policies=args.policies or None, open_access=args.open,
+    # policies: None (not given) finds them beside the catalogue or built in; "" means none (workers.load)
+    options = ServeOptions(config=args.config, policies=args.policies, open_access=args.open,
                            host=args.host, port=args.port, log_level=args.log_level,
                            worker_ports=args.worker_ports)
     config = load(options)
@@ -50,7 +55,10 @@ def _policies(args: argparse.Namespace) -> int:
     from gateway.policy import load_policies
     from gateway.report import print_policies
 
-    print_policies(load_policies(Path(args.dir)))
+    directory = policies_dir(args.dir or None, Path(args.config))
+    assert directory is not None  # only "" means none, and it is read as "not given" here
+    print(f"policies from {directory}", file=sys.stderr)
+    print_policies(load_policies(directory))
     return 0
 
 
@@ -70,7 +78,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _keys(args: argparse.Namespace) -> int:
     from gateway.access.command import run
 
-    config = load_config(Path(args.config), Path(args.policies) if args.policies else None)
+    config = load_config(Path(args.config), policies_dir(args.policies, Path(args.config)))
     return run(config, args)
 
 
@@ -95,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", default="providers.yaml")
-    serve.add_argument("--policies", default="policies", help="directory of named policies ('' for none)")
+    serve.add_argument("--policies", default=None, help=POLICIES_HELP)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--log-level", default="warning")
@@ -118,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_check)
 
     policies = sub.add_parser("policies", help="validate and list the named policies")
-    policies.add_argument("--dir", default="policies")
+    policies.add_argument("--dir", default=None, help=POLICIES_HELP)
+    policies.add_argument("--config", default="providers.yaml", help="the catalogue whose policies/ to look beside")
     policies.set_defaults(func=_policies)
 
     stats = sub.add_parser("stats", help="live per-endpoint stats of a running gateway")

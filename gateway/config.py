@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from gateway.configfile import ConfigError, format_validation_error, read_yaml
 from gateway.policy import PolicySet, load_policies
+from gateway.redisconn import parse_redis_url
 
 __all__ = [
     "Catalogue", "Config", "ConfigError", "Endpoint", "Provider", "Tier", "load_catalogue", "load_config",
@@ -350,6 +351,9 @@ def load_config(
     file = parse_catalogue(read_yaml(catalogue_path), catalogue_path.name)
     catalogue, gateway = build_catalogue(file, catalogue_path.name, env), file.gateway
     policies = load_policies(policies_dir) if policies_dir is not None else PolicySet.builtin()
+    redis_url = env.get("REDIS_URL") or None
+    if redis_url is not None:
+        parse_redis_url(redis_url)  # a malformed URL fails at start, not in a background task
     admin_key = env.get("ULTRAROUTE_ADMIN_KEY") or None
     if admin_key is not None and len(admin_key) < MIN_ADMIN_KEY_CHARS:
         raise ConfigError(f"ULTRAROUTE_ADMIN_KEY: must be at least {MIN_ADMIN_KEY_CHARS} characters "
@@ -360,7 +364,7 @@ def load_config(
         gateway=gateway,
         health=file.health,
         retry=file.retry,
-        redis_url=env.get("REDIS_URL") or None,
+        redis_url=redis_url,
         source=catalogue_path.name,
         open_access=open_access or env.get("ULTRAROUTE_OPEN", "").lower() in ("1", "true", "yes"),
         admin_key=SecretStr(admin_key) if admin_key else None,

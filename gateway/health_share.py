@@ -15,12 +15,11 @@ import logging
 import time
 
 import orjson
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from gateway.background import Outage, cancel_and_wait
 from gateway.config import Endpoint
 from gateway.health import HealthBoard
+from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
 log = logging.getLogger("ultraroute.health")
 
@@ -30,10 +29,10 @@ class HealthSharing:
                  interval_s: float = 0.25) -> None:
         self.board = board
         self.endpoints = {e.key: e for e in endpoints}
-        self.prefix = f"{prefix}:health"
+        self.prefix = hash_tag(f"{prefix}:health")  # one slot on a Redis Cluster: one MGET reads every endpoint
         self.interval_s = interval_s
         self.outage = Outage(log, "health sharing", "endpoint health stays local")
-        self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._redis = connect(redis_url, timeout_s=0.5)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -48,29 +47,31 @@ class HealthSharing:
             try:
                 await self.sync()
                 self.outage.ok()
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
             await asyncio.sleep(self.interval_s)
 
     async def sync(self) -> None:
-        """One round trip: write this replica's changes, read everyone's."""
+        """Write this replica's changes (one pipelined round trip, when there are any), read everyone's
+        (one MGET: a cluster pipeline refuses MGET, so it goes on its own)."""
         changes = self.board.take_changes()
         keys = list(self.endpoints)
-        pipe = self._redis.pipeline(transaction=False)
         now = time.time()
-        for key, (reason, until) in changes.items():
-            if reason is None:
-                pipe.delete(f"{self.prefix}:{key}")
-            elif until > now:
-                pipe.set(f"{self.prefix}:{key}", orjson.dumps({"reason": reason, "until": until}),
-                         px=max(1, int((until - now) * 1000)))
-        pipe.mget([f"{self.prefix}:{k}" for k in keys])
         try:
-            replies = await pipe.execute()
+            if changes:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key, (reason, until) in changes.items():
+                        if reason is None:
+                            pipe.delete(f"{self.prefix}:{key}")
+                        elif until > now:
+                            pipe.set(f"{self.prefix}:{key}", orjson.dumps({"reason": reason, "until": until}),
+                                     px=max(1, int((until - now) * 1000)))
+                    await pipe.execute()
         except BaseException:
             self.board.restore_changes(changes)  # try again next round
             raise
-        for key, raw in zip(keys, replies[-1], strict=True):
+        notes = await self._redis.mget([f"{self.prefix}:{k}" for k in keys])
+        for key, raw in zip(keys, notes, strict=True):
             if raw is not None:
                 note = orjson.loads(raw)
                 self.board.apply_remote(self.endpoints[key], str(note["reason"]), float(note["until"]))

@@ -1,4 +1,5 @@
-"""Routing options as data: the request's `provider` object and the named policies in `policies/*.yaml`.
+"""Routing options as data: the request's `provider` object and the named policies in `policies/*.yaml`
+(the built-in set ships inside the package, `gateway/policies/`; `policies_dir` picks the directory).
 
 Names and meanings follow OpenRouter's provider-routing object so that clients written for it work
 unchanged; Vercel's sort names (`tps`, `ttft`, `cost`) are accepted as synonyms. A named policy is a
@@ -117,6 +118,19 @@ class PolicySet:
     @property
     def default(self) -> Policy:
         return self.policies.get("default") or PolicySet.builtin().policies["default"]
+
+
+BUILTIN_POLICIES = Path(__file__).with_name("policies")  # package data: installed with the code
+
+
+def policies_dir(given: str | None, catalogue: Path) -> Path | None:
+    """The directory of named policies: `given` (`--policies`) when given, "" meaning none (only a
+    default policy); else `policies/` beside the catalogue if there is one, else the built-in set.
+    Only a directory given explicitly may be missing (`load_policies` then says so)."""
+    if given is not None:
+        return Path(given) if given else None
+    beside = catalogue.parent / "policies"
+    return beside if beside.is_dir() else BUILTIN_POLICIES
 
 
 def load_policies(directory: Path) -> PolicySet:

@@ -1,63 +1,26 @@
-"""Shared fixtures: a real Redis server (the machine's, or a private one this file starts)."""
+"""Shared fixtures: a real Redis (the machine's, or a private one), a real 3-node Redis Cluster, a TLS
+Redis and a Sentinel; the processes are in `tests/redis_servers.py`.
+
+`redis_url` is parametrized: every test that takes it runs against one server AND against the cluster
+(ids `server` and `cluster`), so the telemetry, health-sharing and key/limit tests prove the key layout
+cluster-safe.
+"""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import ensure_binary, free_port
+from tests.redis_servers import ClusterRedis, PrivateRedis, SentinelRedis, TlsRedis, reachable
 
-
-def _reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class PrivateRedis:
-    """A redis-server process owned by the tests: can be stopped and restarted on the same port."""
-
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="ultraroute-redis-")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = ensure_binary("redis-server", "redis-server")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while not _reachable("127.0.0.1", self.port):
-            assert time.monotonic() < deadline, "private redis-server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
+__all__ = ["PrivateRedis"]  # tests import it from here
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def server_redis_url() -> Iterator[str]:
     """The machine's Redis on 127.0.0.1:6379 when it answers, else a private redis-server."""
-    if _reachable("127.0.0.1", 6379):
+    if reachable("127.0.0.1", 6379):
         yield "redis://127.0.0.1:6379/0"
         return
     server = PrivateRedis()
@@ -66,6 +29,45 @@ def redis_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_redis() -> Iterator[ClusterRedis]:
+    """A 3-node Redis Cluster (redis-server --cluster-enabled yes + redis-cli --cluster create)."""
+    cluster = ClusterRedis()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session", params=["server", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """A REDIS_URL: one server, then a Redis Cluster (`redis+cluster://...`)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("cluster_redis").url
+    return request.getfixturevalue("server_redis_url")
+
+
+@pytest.fixture(scope="session")
+def tls_redis() -> Iterator[TlsRedis]:
+    server = TlsRedis()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_redis() -> Iterator[SentinelRedis]:
+    deployment = SentinelRedis()
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()
 
 
 @pytest.fixture

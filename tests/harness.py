@@ -98,7 +98,8 @@ def catalogue_for(sim: Any, models: dict[str, list[dict[str, Any]]],
 class GatewayProcess:
     def __init__(self, catalogue: dict[str, Any], env: dict[str, str] | None = None,
                  policies: Path | None = ROOT / "policies", open_access: bool = True,
-                 log_level: str = "info", workers: int = 1, serve_args: tuple[str, ...] = ()) -> None:
+                 log_level: str = "info", workers: int = 1, serve_args: tuple[str, ...] = (),
+                 policies_flag: bool = True, cwd: Path = ROOT) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ultraroute-gw-"))
         self.config = self.dir / "providers.yaml"
         self.config.write_text(yaml.safe_dump(catalogue))
@@ -112,6 +113,8 @@ class GatewayProcess:
         # tests of access control pass open_access=False.
         self.open_access = open_access
         self.policies = policies
+        self.policies_flag = policies_flag  # False: no --policies at all (the gateway finds its own)
+        self.cwd = cwd
         self.log_level = log_level
         self.workers = workers  # `serve --workers N`: N worker processes behind this one
         self.serve_args = serve_args  # more `serve` flags
@@ -132,14 +135,15 @@ class GatewayProcess:
     def _start(self) -> GatewayProcess:
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config),
                 "--port", str(self.port), "--log-level", self.log_level]
-        args += ["--policies", str(self.policies) if self.policies else ""]
+        if self.policies_flag:
+            args += ["--policies", str(self.policies) if self.policies else ""]
         if self.open_access:
             args.append("--open")
         if self.workers != 1:
             args += ["--workers", str(self.workers)]
         args += self.serve_args
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(args, env=self.env, cwd=self.cwd, stdout=log, stderr=log)
         # Generous: a start takes ~2 s on an idle machine, but over 20 s on a 2-core one that other test
         # runs keep busy (main's own gateway too), and N workers import and start side by side.
         timeout_s = 60 if self.workers == 1 else 90

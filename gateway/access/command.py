@@ -158,7 +158,8 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 def add_arguments(keys: argparse.ArgumentParser) -> None:
     keys.add_argument("--config", default="providers.yaml", help="the catalogue the gateway is started with")
-    keys.add_argument("--policies", default="policies", help="directory of named policies")
+    keys.add_argument("--policies", default=None,
+                      help="directory of named policies (default: policies/ beside the catalogue, else built-in)")
     actions = keys.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a key and print it (once)")
     create.add_argument("--name", required=True)

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from gateway.access.keys import ApiKey, Period, period_id
 from gateway.background import Outage, cancel_and_wait
+from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
 log = logging.getLogger("ultraroute.access")
 
@@ -67,12 +66,13 @@ class Window:
 class Ledger:
     def __init__(self, redis_url: str | None, prefix: str, sync_s: float = 0.25,
                  budgeted: Callable[[], Iterable[ApiKey]] = tuple, spend_file: Path | None = None) -> None:
-        self.prefix = f"{prefix}:use"
+        self.prefix = hash_tag(f"{prefix}:use")  # one slot on a Redis Cluster: MGET reads them all at once
+        self._legacy_prefix = f"{prefix}:use"  # the names before hash tags: spend found there is adopted
+        self._adopted: set[str] = set()  # spend names already looked up under the legacy prefix
         self.sync_s = sync_s
         self.budgeted = budgeted  # the keys whose spend is read back at every sync
         self.outage = Outage(log, "usage sharing", "limits are enforced per replica")
-        self._redis = (aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
-                       if redis_url else None)
+        self._redis = connect(redis_url, timeout_s=0.5) if redis_url else None
         self._shared: dict[str, float] = {}  # every replica's totals as last read (all there is without Redis)
         self._pending: dict[str, float] = {}  # this replica's counts not yet added to Redis
         self._ttl: dict[str, int] = {}
@@ -131,7 +131,7 @@ class Ledger:
         await cancel_and_wait(self._task)
         await self._save_spend_file()
         if self._redis is not None:
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(*REDIS_FAILURES):
                 await self.sync()  # hand over the last counts
             await self._redis.aclose()
 
@@ -141,7 +141,7 @@ class Ledger:
             try:
                 await self.sync()
                 self.outage.ok()
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
 
     async def sync(self) -> None:
@@ -172,11 +172,25 @@ class Ledger:
         names = [self._rate_name(kind, key_id.decode(), m)
                  for key_id in replies[-1] for kind in ("req", "tok") for m in (minute - 1, minute)]
         names += [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
-        values = await self._redis.mget(names) if names else []
+        values = await self._adopt_legacy_spend(names, await self._redis.mget(names) if names else [])
         shared = {name: float(v) for name, v in zip(names, values, strict=True) if v is not None}
         for name, total in zip(pending, replies[0:2 * len(pending):2], strict=True):
             shared.setdefault(name, float(total))
         self._shared = shared
+
+    async def _adopt_legacy_spend(self, names: list[str], values: list[bytes | None]) -> list[bytes | float | None]:
+        """Spend an earlier version counted under `<prefix>:use:usd:...` (no hash tag) moves to the new
+        name, once per name and process; GETDEL hands it to exactly one replica."""
+        out: list[bytes | float | None] = list(values)
+        for i, (name, value) in enumerate(zip(names, values, strict=True)):
+            if value is not None or name in self._adopted or not name.startswith(f"{self.prefix}:usd:"):
+                continue
+            old = await self._redis.getdel(self._legacy_prefix + name[len(self.prefix):])  # type: ignore[union-attr]
+            self._adopted.add(name)
+            if old is not None:
+                out[i] = await self._redis.incrbyfloat(name, float(old))  # type: ignore[union-attr]
+                await self._redis.expire(name, max(_SPEND_TTL_S.values()))  # type: ignore[union-attr]
+        return out
 
     def _forget_old(self, now: float) -> None:
         """Drop minutes that have left the window and budget periods that have ended."""
@@ -193,7 +207,9 @@ class Ledger:
             return
         saved = await asyncio.to_thread(_read_json, self.spend_file)
         live = {period_id("day", time.time()), period_id("month", time.time())}
-        self._shared.update({name: float(v) for name, v in saved.items()
+        legacy = f"{self._legacy_prefix}:"  # a file written before hash tags
+        self._shared.update({self.prefix + name[len(self._legacy_prefix):] if name.startswith(legacy) else name:
+                             float(v) for name, v in saved.items()
                              if isinstance(v, int | float) and name.rsplit(":", 1)[-1] in live})
 
     async def _save_spend_file(self) -> None:
@@ -215,7 +231,7 @@ class Ledger:
         name = self._spend_name(key, now)
         try:
             value = await self._redis.get(name)
-        except (RedisError, OSError):
+        except REDIS_FAILURES:
             return self.spend(key, now)
         return (float(value) if value is not None else 0.0) + self._pending.get(name, 0.0)
 

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Protocol
 
 import orjson
-import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from gateway.access.keys import ApiKey
+from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
 
 class KeyStoreError(Exception):
@@ -127,20 +126,32 @@ class FileKeyStore:
 
 
 class RedisKeyStore:
-    """One Redis hash, `<prefix>:keys` (id -> JSON record), and a counter bumped on every save."""
+    """One Redis hash, `{<prefix>:keys}` (id -> JSON record), and a counter, `{<prefix>:keys}:version`,
+    bumped on every save in the same transaction (one hash tag: one slot on a Redis Cluster).
+
+    Keys stored by earlier versions under `<prefix>:keys` (no hash tag) are copied over on first load."""
 
     def __init__(self, redis_url: str, prefix: str) -> None:
-        self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
-        self._hash = f"{prefix}:keys"
-        self._version = f"{prefix}:keys:version"
+        self._redis = connect(redis_url, timeout_s=1.0)
+        self._hash = hash_tag(f"{prefix}:keys")
+        self._version = f"{self._hash}:version"
+        self._legacy_hash = f"{prefix}:keys"
 
     async def load(self) -> dict[str, ApiKey]:
         try:
-            raw = await self._redis.hgetall(self._hash)
-        except (RedisError, OSError) as err:
+            raw = await self._redis.hgetall(self._hash) or await self._adopt_legacy()
+        except REDIS_FAILURES as err:
             raise KeyStoreError(f"Redis: cannot read the keys ({err})") from None
         keys = [_parse(v, f"Redis {self._hash}[{k.decode(errors='replace')}]") for k, v in raw.items()]
         return {k.id: k for k in keys}
+
+    async def _adopt_legacy(self) -> dict[bytes, bytes]:
+        """The keys of a pre-hash-tag store, copied under the new name (idempotent: same records)."""
+        raw: dict[bytes, bytes] = await self._redis.hgetall(self._legacy_hash)
+        if raw:
+            await self._redis.hset(self._hash, mapping=raw)
+            await self._redis.incr(self._version)
+        return raw
 
     async def save(self, key: ApiKey) -> None:
         try:
@@ -148,13 +159,13 @@ class RedisKeyStore:
                 pipe.hset(self._hash, key.id, key.model_dump_json())
                 pipe.incr(self._version)
                 await pipe.execute()
-        except (RedisError, OSError) as err:
+        except REDIS_FAILURES as err:
             raise KeyStoreError(f"Redis: cannot save the key ({err})") from None
 
     async def version(self) -> str:
         try:
             value = await self._redis.get(self._version)
-        except (RedisError, OSError) as err:
+        except REDIS_FAILURES as err:
             raise KeyStoreError(f"Redis: cannot read the keys' version ({err})") from None
         return value.decode() if value else "0"
 

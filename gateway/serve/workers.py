@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config import Config, load_config
+from gateway.policy import policies_dir
 
 log = logging.getLogger("ultraroute.serve")
 
@@ -75,7 +76,7 @@ def worker_count(value: str) -> int:
 
 
 def load(options: ServeOptions, worker: int | None = None) -> Config:
-    config = load_config(Path(options.config), Path(options.policies) if options.policies else None,
+    config = load_config(Path(options.config), policies_dir(options.policies, Path(options.config)),
                          open_access=options.open_access)
     return config if worker is None else replace(config, worker=worker)
 

@@ -24,7 +24,10 @@ are dropped, and at most `max_pending_buckets` are kept, oldest dropped first). 
 once (and its end once), `redis_errors` counts failed round trips, and the task retries with backoff
 (0.1 s doubling to 2 s); pending deltas are flushed once Redis answers again.
 
-What it does not do: no Redis Cluster support (scripts touch undeclared keys), no persistence of local
+Redis Cluster: every key of one store shares the hash tag `{key_prefix}` (`redis_wire.KeyLayout`), so
+the scripts, which also touch keys they do not declare, run on the one node that holds them all.
+
+What it does not do: no persistence of local
 state across restarts, no clock synchronisation (replica clocks must agree within ~settle_s / 2).
 """
 
@@ -38,11 +41,7 @@ import time
 import uuid
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
-
+from gateway.redisconn import REDIS_FAILURES, AnyRedis, connect, ensure_connected
 from gateway.telemetry.redis_view import RemoteView
 from gateway.telemetry.redis_wire import (
     DEDUP_TTL_S,
@@ -60,7 +59,6 @@ from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, Buc
 
 logger = logging.getLogger("ultraroute.telemetry")
 
-_REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 2.0
 MAX_UNACKED = 8
@@ -108,7 +106,7 @@ class RedisStore(StoreBase):
         self.replica_id = replica_id
         self.flush_interval_s = float(flush_interval_s)
         self.refresh_interval_s = float(refresh_interval_s)
-        self.layout = KeyLayout(key_prefix)
+        self.layout = KeyLayout.under(key_prefix)
         self.bucket_ttl_s = int(bucket_ttl_s)
         self.socket_timeout_s = float(socket_timeout_s)
         self.settle_s = float(settle_s) if settle_s is not None else max(2.0, 4 * self.flush_interval_s)
@@ -134,7 +132,7 @@ class RedisStore(StoreBase):
         self._token_prefix = f"{replica_id}:{uuid.uuid4().hex[:12]}"
         self._seq = 0
 
-        self._client: aioredis.Redis | None = None
+        self._client: AnyRedis | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._io_lock = asyncio.Lock()  # one flush or refresh at a time (stop() may overlap the task)
@@ -196,14 +194,9 @@ class RedisStore(StoreBase):
             return
         self._stopping = False
         if self._client is None:
-            self._client = aioredis.from_url(
-                self.url,
-                decode_responses=True,
-                socket_timeout=self.socket_timeout_s,
-                socket_connect_timeout=self.socket_timeout_s,
-                retry=Retry(NoBackoff(), 0),  # we retry ourselves; a hidden retry could double-count
-                health_check_interval=0,
-            )
+            # no hidden retries: we retry ourselves (a flush re-sent by redis-py could double-count)
+            self._client = connect(self.url, timeout_s=self.socket_timeout_s, decode_responses=True,
+                                   retries=False)
         self._task = asyncio.create_task(self._run(), name=f"telemetry-redis-{self.replica_id}")
 
     async def stop(self) -> None:
@@ -241,7 +234,7 @@ class RedisStore(StoreBase):
                 delay = max(0.0, min(next_flush, next_refresh) - loop.time())
             except asyncio.CancelledError:
                 raise
-            except _REDIS_FAILURES as exc:
+            except REDIS_FAILURES as exc:
                 if self._stopping:
                     break
                 self._on_error(exc)
@@ -340,12 +333,10 @@ class RedisStore(StoreBase):
             sends.append(new)
         pipe = client.pipeline(transaction=False)
         for sent in sends:
-            pipe.eval(WRITE_SCRIPT, 0, self.layout.flush(sent.token), DEDUP_TTL_S, sent.payload)
+            pipe.eval(WRITE_SCRIPT, 1, self.layout.flush(sent.token), DEDUP_TTL_S, sent.payload)
         self._queue_upkeep(pipe, now, final)
         try:
-            pool = client.connection_pool
-            conn = await pool.get_connection()  # connect first: a failure here means nothing was sent
-            await pool.release(conn)
+            await ensure_connected(client)  # connect first: a failure here means nothing was sent
         except BaseException:
             if new is not None:
                 self._unacked.remove(new)

@@ -11,7 +11,8 @@ What it does not do: no I/O, no clock (callers pass `now`), no state: constants 
 testable without Redis. When to flush or refresh, and what to read, is `redis_store.py`'s job (with
 `redis_reads.py`).
 
-Redis key layout (prefix `P`, default "ur:tel"):
+Redis key layout (prefix `P` = the hash tag `{ur:tel}` by default: `redisconn.hash_tag` wraps the store's
+key prefix, so on a Redis Cluster every key below lives in one slot and the scripts may touch them all):
   P:b:<endpoint_key>:<bucket>  hash   additive fields, see `Bucket.to_fields`; TTL: bucket end + bucket_ttl_s
   P:endpoints                  zset   endpoint_key -> newest sample time (ZADD GT); TTL bucket_ttl_s
   P:inflight:<replica_id>      hash   endpoint_key -> in-flight count on that replica; TTL ~3 flushes
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gateway.redisconn import hash_tag
 from gateway.telemetry.window import Bucket, EndpointWindows
 
 REPLICA_TTL_S = 60
@@ -34,12 +36,13 @@ DEDUP_TTL_S = 900
 
 Batch = dict[str, EndpointWindows]  # endpoint key -> the buckets of one flush (or still pending)
 
-# ARGV[1] = dedup key ("" for none), ARGV[2] = its TTL, ARGV[3] = commands, one per line, arguments
-# separated by tabs. Returns the number of commands run, or 0 if this flush was applied before.
+# KEYS[1] = the flush's dedup key (declared, so a cluster client sends the script to the node of the
+# store's hash tag), ARGV[1] = its TTL, ARGV[2] = commands, one per line, arguments separated by tabs.
+# Returns the number of commands run, or 0 if this flush was applied before.
 WRITE_SCRIPT = """
-if ARGV[1] ~= '' and not redis.call('SET', ARGV[1], '1', 'NX', 'EX', ARGV[2]) then return 0 end
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
 local n = 0
-for line in string.gmatch(ARGV[3], '[^\\n]+') do
+for line in string.gmatch(ARGV[2], '[^\\n]+') do
   local args = {}
   for a in string.gmatch(line, '[^\\t]+') do args[#args + 1] = a end
   redis.call(unpack(args))
@@ -58,9 +61,14 @@ return out
 
 @dataclass(frozen=True, slots=True)
 class KeyLayout:
-    """The Redis key names under one prefix (see the module docstring)."""
+    """The Redis key names under one prefix (see the module docstring); `prefix` is the hash tag
+    (`KeyLayout.under("ur:tel")` makes one)."""
 
-    prefix: str = "ur:tel"
+    prefix: str = "{ur:tel}"
+
+    @staticmethod
+    def under(key_prefix: str) -> KeyLayout:
+        return KeyLayout(hash_tag(key_prefix))
 
     def bucket(self, endpoint_key: str, idx: int) -> str:
         """One endpoint's hash for bucket `idx`; pass the key through `safe_key` first."""

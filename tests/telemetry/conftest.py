@@ -6,8 +6,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-import redis.asyncio as aioredis
 
+from gateway.redisconn import connect
 from gateway.telemetry.sample import AttemptSample, Outcome
 
 
@@ -73,12 +73,12 @@ def make_sample() -> SampleFactory:
 
 @pytest.fixture
 async def key_prefix(redis_url: str) -> AsyncIterator[str]:
-    """A key prefix no other test uses; its keys are deleted afterwards."""
+    """A key prefix no other test uses; its keys (under the hash tag `{prefix}`) are deleted afterwards."""
     prefix = f"ur:test:{uuid.uuid4().hex[:10]}"
     yield prefix
-    client = aioredis.from_url(redis_url)
+    client = connect(redis_url, timeout_s=2.0)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        keys = [k async for k in client.scan_iter(match=f"{{{prefix}}}:*", count=1000)]
         if keys:
             await client.delete(*keys)
     finally:

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.redisconn import connect
 from gateway.telemetry import RedisStore
 from gateway.telemetry.sample import Outcome
 
@@ -118,16 +119,18 @@ async def test_every_key_written_has_a_ttl(redis_url: str, key_prefix: str, stor
     # a late write (a bucket already settled) also creates the late-marker key
     a.record(make_sample("m/e1", at=now - 60))
     await eventually(lambda: a.flushes >= 3 and b.flushes >= 3, timeout=3.0)
-    client = aioredis.from_url(redis_url, decode_responses=True)
+    client = connect(redis_url, timeout_s=2.0, decode_responses=True)
+    tag = f"{{{key_prefix}}}"  # every key of the store is under this hash tag (one cluster slot)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{key_prefix}:*")]
-        assert f"{key_prefix}:endpoints" in keys and f"{key_prefix}:late" in keys
-        assert f"{key_prefix}:inflight:A" in keys and f"{key_prefix}:replicas" in keys
-        assert sum(k.startswith(f"{key_prefix}:b:") for k in keys) >= 5
+        keys = [k async for k in client.scan_iter(match=f"*{key_prefix}*")]
+        assert all(k.startswith(f"{tag}:") for k in keys), keys
+        assert f"{tag}:endpoints" in keys and f"{tag}:late" in keys
+        assert f"{tag}:inflight:A" in keys and f"{tag}:replicas" in keys
+        assert sum(k.startswith(f"{tag}:b:") for k in keys) >= 5
         for k in keys:
             ttl = await client.ttl(k)
             assert ttl > 0, k
-            if k.startswith(f"{key_prefix}:b:"):
+            if k.startswith(f"{tag}:b:"):
                 assert ttl <= a.bucket_ttl_s + a.bucket_s
     finally:
         await client.aclose()
@@ -305,10 +308,15 @@ async def test_flush_with_lost_reply_is_resent_and_applied_once(
 
     def pipeline_losing_one_reply(*args: object, **kw: object):
         pipe = real_pipeline(*args, **kw)
-        real_execute = pipe.execute
+        real_execute, real_eval = pipe.execute, pipe.eval
+        carries: list[bool] = []
+
+        def eval_(*args: object, **kw: object):  # works for both pipeline classes (server, cluster)
+            carries.append("HINCRBY" in str(args))
+            return real_eval(*args, **kw)
 
         async def execute(raise_on_error: bool = True):
-            carries_data = any("HINCRBY" in str(args) for args, _ in pipe.command_stack)
+            carries_data = any(carries)
             result = await real_execute(raise_on_error=raise_on_error)
             if carries_data and lost["n"] == 0:
                 lost["n"] = 1
@@ -316,6 +324,7 @@ async def test_flush_with_lost_reply_is_resent_and_applied_once(
             return result
 
         pipe.execute = execute  # type: ignore[method-assign]
+        pipe.eval = eval_  # type: ignore[method-assign]
         return pipe
 
     a._client.pipeline = pipeline_losing_one_reply  # type: ignore[method-assign]

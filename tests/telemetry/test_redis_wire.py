@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis.asyncio as aioredis
 
+from gateway.redisconn import connect
 from gateway.telemetry.redis_wire import (
     DEDUP_TTL_S,
     LATE_KEEP_S,
@@ -164,17 +164,18 @@ def test_split_batch_sends_newest_buckets_within_budget() -> None:
 
 
 async def test_scripts_round_trip_through_redis(redis_url: str, key_prefix: str) -> None:
-    layout = KeyLayout(key_prefix)
+    layout = KeyLayout.under(key_prefix)
     now = time.time()
+    now = max(now, now - now % BUCKET_S + 0.2)  # the 20 samples (0.19 s) must fall in one bucket
     w = sampled_windows("m/x", 20, now)
     (idx, sent), = w.items()
     payload = encode_flush({"m/x": w}, now, layout=layout, bucket_s=BUCKET_S, bucket_ttl_s=TTL_S,
                            late_after_s=1.0)
-    client = aioredis.from_url(redis_url, decode_responses=True)
+    client = connect(redis_url, timeout_s=2.0, decode_responses=True)
     try:
         dedup = layout.flush("test-token")
-        assert await client.eval(WRITE_SCRIPT, 0, dedup, DEDUP_TTL_S, payload) == len(payload.split("\n"))
-        assert await client.eval(WRITE_SCRIPT, 0, dedup, DEDUP_TTL_S, payload) == 0  # applied once only
+        assert await client.eval(WRITE_SCRIPT, 1, dedup, DEDUP_TTL_S, payload) == len(payload.split("\n"))
+        assert await client.eval(WRITE_SCRIPT, 1, dedup, DEDUP_TTL_S, payload) == 0  # applied once only
         replies = await client.eval(READ_SCRIPT, 2, layout.bucket("m/x", idx), layout.bucket("m/x", idx + 1))
         assert replies[1] == ""
         got = parse_bucket(replies[0])
