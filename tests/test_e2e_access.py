@@ -113,6 +113,18 @@ def test_budget_exceeded(sim: SimProcess) -> None:
     assert "$0.000000" not in gw.keys("list").stdout.split("test", 1)[1]
 
 
+def test_starts_without_keys_when_the_admin_api_can_create_them(sim: SimProcess) -> None:
+    """Kubernetes or compose start the gateway before anyone could run `keys create`: with an admin key it
+    starts, refuses requests until a key exists, and takes the key created through the admin API."""
+    with GatewayProcess(catalogue(sim), open_access=False, env={"ULTRAROUTE_ADMIN_KEY": ADMIN_KEY}) as gw:
+        assert post(gw, None).status_code == 401
+        created = httpx.post(f"{gw.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                             json={"name": "first"})
+        assert created.status_code == 201, created.text
+        assert post(gw, created.json()["key"]).status_code == 200
+    assert "no client API keys yet" in gw.logs()
+
+
 def test_admin_api_and_revocation(sim: SimProcess) -> None:
     gw = GatewayProcess(catalogue(sim), open_access=False, env={"ULTRAROUTE_ADMIN_KEY": ADMIN_KEY})
     gw.create_key()

@@ -1,6 +1,7 @@
 """`ultraroute keys ...`: manage client keys in the store a gateway with the same catalogue and
 environment uses (Redis when `REDIS_URL` is set, else the catalogue's `keys_file`), and the check
-`ultraroute serve` makes before it starts.
+`ultraroute serve` makes before it starts (no client key: refuse to start, unless the admin API is on
+to create one).
 
     keys create --name NAME [--models a,b] [--policy P] [--rpm N] [--tpm N] [--budget USD] [--period day|month]
     keys list
@@ -31,6 +32,7 @@ HOW_TO_ADD_A_KEY = (
     "no client API keys: the gateway would refuse every request.\n"
     "  Create one:   ultraroute keys create --name my-app{config}\n"
     "  (it is stored hashed in {where}; the secret is printed once)\n"
+    "  Or set ULTRAROUTE_ADMIN_KEY and create keys with POST /admin/keys once the gateway runs\n"
     "  Or serve without keys, on a trusted network only:   ultraroute serve --open   (or ULTRAROUTE_OPEN=1)"
 )
 
@@ -60,6 +62,10 @@ def refuse_without_keys(config: Config, config_arg: str) -> str | None:
     except KeyStoreError as err:
         return f"cannot read the client keys: {err}"
     if count:
+        return None
+    if config.admin_key is not None:  # an orchestrator's first start: keys come through the admin API
+        print("warning: no client API keys yet: every request is refused (401) until one is created with "
+              "POST /admin/keys (admin key) or `ultraroute keys create`", file=sys.stderr)
         return None
     flag = "" if config_arg == "providers.yaml" else f" --config {config_arg}"
     return HOW_TO_ADD_A_KEY.format(config=flag, where=_where(config))
