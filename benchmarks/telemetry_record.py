@@ -16,8 +16,8 @@ import tracemalloc
 import uuid
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 
+from gateway.redisconn import connect
 from gateway.telemetry import AttemptSample, MemoryStore, Outcome, RedisStore
 from gateway.telemetry.store import StoreBase
 
@@ -151,8 +151,8 @@ async def bench_redis(url: str, endpoints: int, n: int, seconds: float) -> None:
         bench_store("RedisStore", store, samples[:50_000], keys)
     finally:
         await store.stop()
-        client = aioredis.from_url(url)
-        keys_ = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        client = connect(url, timeout_s=5.0)
+        keys_ = [k async for k in client.scan_iter(match=f"{{{prefix}}}:*", count=1000)]
         if keys_:
             await client.delete(*keys_)
         await client.aclose()
