@@ -16,7 +16,6 @@ import tracemalloc
 import uuid
 from collections.abc import Callable
 
-
 from gateway.redisconn import connect
 from gateway.telemetry import AttemptSample, MemoryStore, Outcome, RedisStore
 from gateway.telemetry.store import StoreBase
