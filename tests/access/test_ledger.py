@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from redis.exceptions import RedisError
 
 from gateway.access.keys import KeySpec, new_key
 from gateway.access.ledger import Ledger, Window
+from gateway.redisconn import connect
 
 
 def test_window_estimate_and_wait() -> None:
@@ -76,3 +80,34 @@ async def test_redis_down_keeps_counts_locally() -> None:
     assert ledger.window("req", key.id, now).current == 2
     assert await ledger.read_spend(key, now) == 0  # falls back to the local view, no error
     await ledger.stop()
+
+
+async def test_spend_counted_before_hash_tags_is_adopted_once(redis_url: str, tmp_path: Path) -> None:
+    """A budget outlives the upgrade to hash-tagged names: spend under `<prefix>:use:usd:...` moves to
+    `{<prefix>:use}:usd:...` exactly once (two replicas adopting at once do not double it)."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    key, _ = new_key(KeySpec(name="a", budget_usd=5))
+    a = Ledger(redis_url, prefix, budgeted=lambda: (key,))
+    b = Ledger(redis_url, prefix, budgeted=lambda: (key,))
+    now = time.time()
+    name = a._spend_name(key, now)
+    legacy_name = f"{prefix}:use" + name[len(a.prefix):]
+    client = connect(redis_url, timeout_s=2.0)
+    try:
+        await client.set(legacy_name, "1.5", ex=60)
+        await asyncio.gather(a.sync(), b.sync())
+        await a.sync()
+        await b.sync()
+        assert a.spend(key, now) == b.spend(key, now) == 1.5
+        assert await client.get(legacy_name) is None
+    finally:
+        await client.delete(name)
+        await client.aclose()
+        await a.stop()
+        await b.stop()
+    # without Redis: a spend file written before hash tags is read under the new names
+    spend_file = tmp_path / "keys.spend.json"
+    spend_file.write_text(json.dumps({legacy_name: 2.0}))
+    local = Ledger(None, prefix, spend_file=spend_file)
+    await local.load_spend_file()
+    assert local.spend(key, now) == 2.0

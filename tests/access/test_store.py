@@ -10,6 +10,7 @@ import pytest
 
 from gateway.access.keys import KeySpec, new_key
 from gateway.access.store import FileKeyStore, KeyStoreError, RedisKeyStore
+from gateway.redisconn import connect
 
 
 async def test_file_store_round_trip(tmp_path: Path) -> None:
@@ -58,3 +59,20 @@ async def test_redis_store_down_is_a_store_error() -> None:
     with pytest.raises(KeyStoreError, match="Redis"):
         await store.load()
     await store.aclose()
+
+
+async def test_redis_store_adopts_keys_stored_before_hash_tags(redis_url: str) -> None:
+    """Keys an earlier version kept under `<prefix>:keys` are read and copied under `{<prefix>:keys}`."""
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    key, _secret = new_key(KeySpec(name="old"))
+    legacy = connect(redis_url, timeout_s=2.0)
+    store = RedisKeyStore(redis_url, prefix)
+    try:
+        await legacy.hset(f"{prefix}:keys", key.id, key.model_dump_json())
+        assert await store.load() == {key.id: key}
+        assert await legacy.hget(f"{{{prefix}:keys}}", key.id) is not None  # copied under the new name
+        assert await store.version() == "1"  # replicas polling the version see the change
+    finally:
+        await legacy.delete(f"{prefix}:keys")
+        await legacy.aclose()
+        await store.aclose()
