@@ -9,12 +9,24 @@ cluster-safe.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 
 from tests.redis_servers import ClusterRedis, PrivateRedis, SentinelRedis, TlsRedis, reachable
 
 __all__ = ["PrivateRedis"]  # tests import it from here
+
+Server = TypeVar("Server", PrivateRedis, ClusterRedis, TlsRedis, SentinelRedis)
+
+
+def running(server: Server) -> Iterator[Server]:
+    """Start `server` for a fixture, stop it afterwards (also when starting failed half-way)."""
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -23,23 +35,14 @@ def server_redis_url() -> Iterator[str]:
     if reachable("127.0.0.1", 6379):
         yield "redis://127.0.0.1:6379/0"
         return
-    server = PrivateRedis()
-    server.start()
-    try:
+    for server in running(PrivateRedis()):
         yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def cluster_redis() -> Iterator[ClusterRedis]:
     """A 3-node Redis Cluster (redis-server --cluster-enabled yes + redis-cli --cluster create)."""
-    cluster = ClusterRedis()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from running(ClusterRedis())
 
 
 @pytest.fixture(scope="session", params=["server", "cluster"])
@@ -52,30 +55,17 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def tls_redis() -> Iterator[TlsRedis]:
-    server = TlsRedis()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    """A redis-server speaking only TLS (`rediss://`), with a self-signed certificate."""
+    yield from running(TlsRedis())
 
 
 @pytest.fixture(scope="session")
 def sentinel_redis() -> Iterator[SentinelRedis]:
-    deployment = SentinelRedis()
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    """A private master and a Sentinel monitoring it (`redis+sentinel://`)."""
+    yield from running(SentinelRedis())
 
 
 @pytest.fixture
 def private_redis() -> Iterator[PrivateRedis]:
     """A redis-server of the test's own, for tests that stop and restart it."""
-    server = PrivateRedis()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running(PrivateRedis())

@@ -73,9 +73,11 @@ def test_probes_and_shutdown_fit_the_gateway() -> None:
         assert container[probe]["httpGet"]["path"] in routes, probe
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"  # the one that turns 503 while draining
     pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][-1])
-    field = GatewayFile.model_fields.get("shutdown_grace_s")  # issue 16's drain (30 s by default)
-    grace = float(field.default) if field is not None else 30.0
-    assert pod["terminationGracePeriodSeconds"] > pre_stop + grace
+    # issue 16's drain: streams may run shutdown_grace_s (30 s) after at least shutdown_delay_s of 503s
+    fields = GatewayFile.model_fields
+    grace = float(fields["shutdown_grace_s"].default) if "shutdown_grace_s" in fields else 30.0
+    delay = float(fields["shutdown_delay_s"].default) if "shutdown_delay_s" in fields else 0.0
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + max(grace, delay)
     (pdb,) = by_kind("PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"] == by_kind("Deployment")[0]["spec"]["selector"]["matchLabels"]
 
