@@ -24,15 +24,13 @@ import logging
 import os
 import random
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from gateway.accesslog import AccessLog
 from gateway.background import Outage, cancel_and_wait
 from gateway.config import Endpoint
 from gateway.dispatch import Dispatcher
 from gateway.health import HealthBoard
 from gateway.metrics import Metrics
+from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 from gateway.telemetry.sample import Outcome
 
 log = logging.getLogger("ultraroute.health")
@@ -44,10 +42,9 @@ class ProbeLock:
     """One probe per endpoint across replicas (Redis), or within this replica (no Redis / outage)."""
 
     def __init__(self, redis_url: str | None, prefix: str) -> None:
-        self.prefix = f"{prefix}:probe"
+        self.prefix = hash_tag(f"{prefix}:probe")  # one key per lock; the tag keeps the rule (redisconn)
         self.outage = Outage(log, "probe lock", "each replica probes on its own")
-        self._redis = None if redis_url is None else aioredis.Redis.from_url(
-            redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._redis = None if redis_url is None else connect(redis_url, timeout_s=0.5)
         self._release = None if self._redis is None else self._redis.register_script(_RELEASE)
 
     async def acquire(self, endpoint_key: str, token: str, ttl_s: float) -> bool:
@@ -56,7 +53,7 @@ class ProbeLock:
         try:
             taken = await self._redis.set(f"{self.prefix}:{endpoint_key}", token, nx=True,
                                           px=max(1, int(ttl_s * 1000)))
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             self.outage.failed(exc)
             return True
         self.outage.ok()
@@ -67,7 +64,7 @@ class ProbeLock:
             return
         try:
             await self._release(keys=[f"{self.prefix}:{endpoint_key}"], args=[token])
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             self.outage.failed(exc)  # the lock expires by itself
 
     async def aclose(self) -> None:
