@@ -1,4 +1,5 @@
-"""Structured access log: one JSON line per chat completion, on the logger `ultraroute.access`.
+"""Structured access log: one JSON line per request (of any client API, named in `api`), on the
+logger `ultraroute.access`.
 
 Does: build the line for a served request (`served()`, from the pipeline's `finish()`, with the
 served attempt's sample), for one that failed with no served attempt (`failed()`, from the app's
@@ -99,10 +100,12 @@ class AccessLog:
 
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
-               failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False) -> None:
+               failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False,
+               api: str = "chat") -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
         `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
-        upstream sent no usage, so the tokens are the gateway's estimate."""
+        upstream sent no usage, so the tokens are the gateway's estimate; `api`: the client API it came
+        in by (chat, responses, messages, completions, embeddings)."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -111,6 +114,7 @@ class AccessLog:
         self._emit({
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "request_id": request_id,
+            "api": api,
             "key": key_id,
             "model": endpoint.model,
             "endpoint": endpoint.id,
@@ -131,7 +135,7 @@ class AccessLog:
             "usage_estimated": usage_estimated,
         })
 
-    def failed(self, request_id: str, err: GatewayError, model: str | None = None) -> None:
+    def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat") -> None:
         """A request no endpoint served: rejected before routing, or every candidate failed. `model`:
         as the request named it, None when it was refused before its body was read."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
@@ -140,6 +144,7 @@ class AccessLog:
         self._emit({
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "request_id": request_id,
+            "api": api,
             "model": model,
             "endpoint": failures[-1][0] if failures else None,
             "attempts": len(failures),

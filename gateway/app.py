@@ -1,14 +1,16 @@
 """`create_app(config)`: the HTTP surface of the gateway, and the one place errors are rendered.
 
-Routes are thin: `/v1/chat/completions` hands over to `pipeline.handle()`; the rest read the catalogue,
+Routes are thin: each client API's route (`gateway/apis/`: `/v1/chat/completions`, `/v1/responses`,
+`/v1/messages`, `/v1/completions`, `/v1/embeddings`) hands over to `pipeline.handle()` with its adapter,
+and errors on those routes are rendered in that API's shape; the rest read the catalogue,
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one).
 
-The completion route is served as a plain ASGI handler (`GatewayApp.fast_routes`), before FastAPI's
+The client API routes are served as plain ASGI handlers (`GatewayApp.fast_routes`), before FastAPI's
 middleware, exception and routing layers: those cost ~25% of the gateway's CPU per completion under
-load. FastAPI still declares the route (so `/openapi.json` documents it) and serves every other
-route; the handler keeps the layers' semantics for that route: the request id, errors rendered by the
-same functions with the same access-log line and metric.
+load. FastAPI still declares the routes (so `/openapi.json` documents them) and serves every other
+route; the handlers keep the layers' semantics: the request id, errors rendered by the same
+functions (in the API's shape) with the same access-log line and metrics.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import pipeline
 from gateway.access.admin import admin_router
+from gateway.apis import CLIENT_APIS, stored_responses_router
+from gateway.apis.adapter import ClientApi
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
@@ -36,7 +40,8 @@ from gateway.endpoint_view import endpoint_json
 from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, Overloaded, UpstreamError, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from gateway.schemas import CHAT_REQUEST_SCHEMA, ChatCompletion, error_responses
+from gateway.parse import MAX_MODEL_NAME
+from gateway.schemas import error_responses
 from gateway.serve.overload import Admission
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
@@ -100,40 +105,52 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def chat_openapi(config: Config) -> dict[str, Any]:
-    """The completion route's request body and security in the OpenAPI document, with this
-    catalogue's model names as examples."""
+def api_openapi(api: ClientApi, config: Config) -> dict[str, Any]:
+    """A client API route's request body and security in the OpenAPI document, with this catalogue's
+    model names as examples."""
     models = list(config.catalogue.models)
-    schema = {**CHAT_REQUEST_SCHEMA, "properties": {**CHAT_REQUEST_SCHEMA["properties"],
-                                                    "model": {"type": "string", "minLength": 1, "examples": models}}}
-    example = {"model": models[0] if models else "model", "max_tokens": 16,
-               "messages": [{"role": "user", "content": "Hello"}]}
+    schema = api.request_schema
+    schema = {**schema, "properties": {**schema["properties"],
+                                       "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_NAME,
+                                                 "examples": models}}}
+    example = {**api.request_example, "model": models[0] if models else "model"}
+    security: list[dict[str, list[str]]] = [{"bearer": []}]
+    if api.error_shape == "anthropic":
+        security.append({"x-api-key": []})
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema, "example": example}}},
-            "security": [{"bearer": []}]}
+            "security": security}
 
 
-def render_error(err: GatewayError) -> Response:
-    return Response(error_body(err), status_code=err.status, media_type="application/json",
-                    headers=err.headers())
+def render_error(err: GatewayError, api: ClientApi | None = None) -> Response:
+    body = api.error_body(err) if api is not None else error_body(err)
+    return Response(body, status_code=err.status, media_type="application/json", headers=err.headers())
 
 
-def completion_failed(services: Services, request_id: str, err: GatewayError, model: str | None) -> Response:
-    """A completion request that ends in an error: its access-log line (naming the model asked for,
-    once the body was parsed), the rejection metric (upstream failures are counted per attempt), and
-    the error response."""
-    services.access_log.failed(request_id, err, model)
+def _api_of(request: Request) -> ClientApi | None:
+    """The client API of the request being answered, when it came in by one of their routes."""
+    return request.scope.get("state", {}).get("api")  # type: ignore[no-any-return]
+
+
+def completion_failed(services: Services, request_id: str, err: GatewayError, api: ClientApi,
+                      model: str | None = None) -> Response:
+    """A client API request that ends in an error: its access-log line (naming the model asked for,
+    once the body was parsed), the request and rejection metrics (upstream failures are counted per
+    attempt), and the error response in the API's shape."""
+    services.access_log.failed(request_id, err, model, api.name)
+    services.metrics.client_request(api.name, err.status)
     if not isinstance(err, UpstreamError | AllCandidatesFailed):
-        services.metrics.rejected(err.metric_label)
-    return render_error(err)
+        services.metrics.rejected(err.metric_label, api.name)
+    return render_error(err, api)
 
 
-def completion_crashed(services: Services | None, request_id: str | None, model: str | None) -> Response:
+def completion_crashed(services: Services | None, request_id: str | None, api: ClientApi | None,
+                       model: str | None = None) -> Response:
     """A bug: logged with its traceback, answered with a plain 500 (and an access-log line)."""
     log.exception("unhandled error in request %s", request_id)
     err = GatewayError("Internal error in the gateway.")
-    if services is not None:
-        services.access_log.failed(str(request_id), err, model)
-    return render_error(err)
+    if services is not None and api is not None:
+        services.access_log.failed(str(request_id), err, model, api.name)
+    return render_error(err, api)
 
 
 def create_app(config: Config, *, transport_factory: TransportFactory | None = None) -> FastAPI:
@@ -175,10 +192,11 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
-        if request.url.path == "/v1/chat/completions":
+        api = _api_of(request)
+        if api is not None and request.method == "POST":
             state = request.scope["state"]
-            return completion_failed(services_of(request), state["request_id"], exc, state.get("model"))
-        return render_error(exc)
+            return completion_failed(services_of(request), state["request_id"], exc, api, state.get("model"))
+        return render_error(exc, api)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -201,33 +219,38 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        completion = request.url.path == "/v1/chat/completions"
+        api = _api_of(request)
         state = request.scope.get("state", {})
-        return completion_crashed(services_of(request) if completion else None, state.get("request_id"),
+        return completion_crashed(services_of(request) if api is not None else None, state.get("request_id"), api,
                                   state.get("model"))
 
     app.include_router(admin_router(config.catalogue, config.policies))
 
-    @app.post("/v1/chat/completions", response_model=None, openapi_extra=chat_openapi(config), responses={
-        200: {"model": ChatCompletion, "content": {"text/event-stream": {}},
-              "description": "The completion; with `stream: true`, server-sent chunks"},
-        **error_responses(400, 401, 403, 404, 413, 429, 499, 502, 503, 504)})
-    async def chat_completions(request: Request) -> Response:
-        # Documents the route; requests are answered by `completions` below, before FastAPI.
-        return await pipeline.handle(request, services_of(request), request.scope["state"]["request_id"])
+    # The route table of the client APIs: one POST route per adapter (gateway/apis/). FastAPI documents
+    # them; requests are answered by the plain ASGI handlers below (`fast_routes`), before FastAPI.
+    for api in CLIENT_APIS:
+        app.add_api_route(api.path, _client_route(api), methods=["POST"], response_model=None,
+                          summary=api.summary, openapi_extra=api_openapi(api, config),
+                          responses={200: api.ok_response,
+                                     **error_responses(*api.error_statuses, model=api.error_model())})
+    app.include_router(stored_responses_router())
 
-    async def completions(scope: Scope, receive: Receive, send: Send) -> None:
-        request_id, send = assign_request_id(scope, send)
-        services: Services = app.state.services
-        try:
-            response = await pipeline.handle(Request(scope, receive), services, request_id)
-        except GatewayError as exc:
-            response = completion_failed(services, request_id, exc, scope["state"].get("model"))
-        except Exception:
-            response = completion_crashed(services, request_id, scope["state"].get("model"))
-        await response(scope, receive, send)
+    def fast_route(api: ClientApi) -> ASGIApp:
+        async def handler(scope: Scope, receive: Receive, send: Send) -> None:
+            request_id, send = assign_request_id(scope, send)
+            scope["state"]["api"] = api
+            services: Services = app.state.services
+            try:
+                response = await pipeline.handle(Request(scope, receive), services, request_id, api)
+            except GatewayError as exc:
+                response = completion_failed(services, request_id, exc, api, scope["state"].get("model"))
+            except Exception:
+                response = completion_crashed(services, request_id, api, scope["state"].get("model"))
+            await response(scope, receive, send)
 
-    app.fast_routes = {("POST", "/v1/chat/completions"): admission.guard(completions)}
+        return handler
+
+    app.fast_routes = {("POST", api.path): admission.guard(fast_route(api)) for api in CLIENT_APIS}
 
     @app.post("/v1/route")
     async def route(request: Request) -> JSONResponse:
@@ -277,3 +300,13 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         return JSONResponse({"status": "ok", "replica": services_of(request).replica_id})
 
     return app
+
+
+def _client_route(api: ClientApi) -> Any:
+    async def route(request: Request) -> Response:
+        request.scope["state"]["api"] = api  # errors from here on are rendered in this API's shape
+        services: Services = request.app.state.services
+        return await pipeline.handle(request, services, request.scope["state"]["request_id"], api)
+
+    route.__name__ = f"{api.name}_route"
+    return route

@@ -29,6 +29,8 @@ class _Choice:
             self.role = delta["role"]
         if delta.get("content"):
             self.content.append(delta["content"])
+        elif choice.get("text"):  # a legacy completion's chunk
+            self.content.append(choice["text"])
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
             self.reasoning.append(reasoning)

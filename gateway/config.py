@@ -37,6 +37,9 @@ class Tier(StrEnum):
 
 Quantization = Literal["fp4", "fp8", "int4", "int8", "bf16", "fp16", "unknown"]
 Capability = Literal["tools", "response_format", "reasoning", "assistant_prefix", "logprobs", "vision"]
+# The upstream APIs an endpoint serves. Responses and Anthropic Messages requests are translated to
+# chat completions, so any `chat` endpoint serves them; only these three are ever called upstream.
+UpstreamApi = Literal["chat", "completions", "embeddings"]
 
 
 class _Frozen(BaseModel):
@@ -96,6 +99,9 @@ class EndpointFile(_Frozen):
     # False for a server that ignores `stream_options.include_usage` (llama.cpp's): the gateway then
     # does not ask for usage and estimates it at once, without warning that none came.
     stream_usage: bool = True
+    # Which upstream APIs it serves. Only chat by default: many hosts have no /completions or
+    # /embeddings, and a wrong guess would cost the client a provider's 404 instead of another endpoint.
+    apis: frozenset[UpstreamApi] = Field(default=frozenset({"chat"}), min_length=1)
 
     @model_validator(mode="after")
     def _one_pricing_kind(self) -> EndpointFile:
@@ -158,12 +164,21 @@ class RetryFile(_Frozen):
     # A 429 whose retry-after is this short, on the last endpoint of a model, is waited for and tried
     # once more before the next model in `models`.
     max_wait_s: float = Field(default=5.0, ge=0, le=60)
+class SessionsFile(_Frozen):
+    """Optional `sessions:` section: stored Responses conversations (`store: true`,
+    `previous_response_id`), in Redis when REDIS_URL is set, else in this process's memory."""
+
+    ttl_s: float = Field(default=24 * 3600.0, gt=0)  # how long a stored response can be read or continued
+    max_bytes: int = Field(default=1024 * 1024, ge=1024)  # a conversation larger than this is not stored
+    max_entries: int = Field(default=10_000, ge=1)  # in memory (no Redis): the oldest go first
+    timeout_s: float = Field(default=1.0, gt=0, le=30)  # a Redis round trip; past it: 503, never a hang
 
 
 class CatalogueFile(_Frozen):
     gateway: GatewayFile = Field(default_factory=GatewayFile)
     health: HealthFile = Field(default_factory=HealthFile)
     retry: RetryFile = Field(default_factory=RetryFile)
+    sessions: SessionsFile = Field(default_factory=SessionsFile)
     providers: dict[str, ProviderFile]
     models: dict[str, ModelFile]
 
@@ -205,6 +220,7 @@ class Endpoint:
     slo: SloFile | None = None
     first_token_budget_s: float | None = None
     stream_usage: bool = True
+    apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
 
     @property
     def available(self) -> bool:
@@ -236,6 +252,7 @@ class Config:
     gateway: GatewayFile = field(default_factory=GatewayFile)
     health: HealthFile = field(default_factory=HealthFile)
     retry: RetryFile = field(default_factory=RetryFile)
+    sessions: SessionsFile = field(default_factory=SessionsFile)
     redis_url: str | None = None
     source: str = "providers.yaml"
     open_access: bool = False  # no client keys: only with `serve --open` or ULTRAROUTE_OPEN=1
@@ -316,6 +333,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     slo=e.slo,
                     first_token_budget_s=e.first_token_budget_s,
                     stream_usage=e.stream_usage,
+                    apis=frozenset(e.apis),
                 )
             )
         models[model_name] = tuple(endpoints)
@@ -329,9 +347,15 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
 
 
 def load_catalogue(path: Path, env: Mapping[str, str] | None = None) -> tuple[Catalogue, GatewayFile]:
+    catalogue, gateway, _ = load_catalogue_file(path, env)
+    return catalogue, gateway
+
+
+def load_catalogue_file(path: Path, env: Mapping[str, str] | None = None
+                        ) -> tuple[Catalogue, GatewayFile, SessionsFile]:
     env = os.environ if env is None else env
     file = parse_catalogue(read_yaml(path), path.name)
-    return build_catalogue(file, path.name, env), file.gateway
+    return build_catalogue(file, path.name, env), file.gateway, file.sessions
 
 
 MIN_ADMIN_KEY_CHARS = 24
@@ -364,6 +388,7 @@ def load_config(
         gateway=gateway,
         health=file.health,
         retry=file.retry,
+        sessions=file.sessions,
         redis_url=redis_url,
         source=catalogue_path.name,
         open_access=open_access or env.get("ULTRAROUTE_OPEN", "").lower() in ("1", "true", "yes"),

@@ -24,10 +24,12 @@ from gateway.telemetry.sample import Outcome
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """A parsed `/v1/chat/completions` request.
+    """A parsed request, in the shape it is forwarded upstream (`upstream`: a chat completion, a legacy
+    completion or an embeddings request), whichever client API (`api`) it came in by.
 
-    `body` is the client's JSON minus the gateway's own fields: it is forwarded as it is, apart from
-    `model` and the streaming options the gateway sets. It is never mutated.
+    `body` is the client's JSON (translated, for the APIs that are not chat) minus the gateway's own
+    fields: it is forwarded as it is, apart from `model` and the streaming options the gateway sets.
+    It is never mutated.
     """
 
     request_id: str
@@ -42,6 +44,9 @@ class ChatRequest:
     options: ProviderOptions | None = None  # the body's `provider` object
     speed: Speed | None = None  # the body's `speed`, or OpenRouter's fast `service_tier`
     priority: str = "normal"  # x-ultraroute-priority: high | normal | low (queueing for capacity)
+    api: str = "chat"  # the client API it came in by (gateway/apis/): chat, responses, messages, ...
+    upstream: str = "chat"  # the API it is forwarded as: chat, completions or embeddings
+    origin: Any = None  # the client API's own parsed request, kept for rendering the answer in its shape
 
 
 @dataclass(frozen=True, slots=True)

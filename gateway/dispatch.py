@@ -91,9 +91,15 @@ class Served:
     skips: tuple[Skip, ...] = ()
 
 
+# Where each upstream API lives under a provider's base URL.
+UPSTREAM_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+
+
 def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
     body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
     body["model"] = endpoint.upstream_model
+    if request.upstream == "embeddings":
+        return orjson.dumps(body)  # one JSON answer: only its latency is measured
     body["stream"] = True  # always: so time to first token and decode rate are measured for every request
     if endpoint.stream_usage:  # else it would be ignored (or refused): the relay estimates usage
         body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
@@ -142,13 +148,14 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
 
 
 async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
-                stall_s: float, lag: LoopLag | None = None) -> UpstreamStream:
+                stall_s: float, lag: LoopLag | None = None, upstream: str = "chat") -> UpstreamStream:
     """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
-    upstream time, so the event loop's own lag meanwhile (`lag`) does not spend it."""
+    upstream time, so the event loop's own lag meanwhile (`lag`) does not spend it. For embeddings,
+    which do not stream, the whole answer within it."""
     budget = Budget(budget_s, lag)
     try:
         async with budget.timeout():
-            response = await upstreams.open(endpoint, body)
+            response = await upstreams.open(endpoint, body, UPSTREAM_PATHS[upstream])
     except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
         raise UpstreamUnreachable(message) from None
@@ -160,7 +167,7 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
-    stream = UpstreamStream(endpoint, response, meter, stall_s, lag)
+    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings")
     stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     try:
         await stream.open_gate(budget)
@@ -349,7 +356,7 @@ class Dispatcher:
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
                 try:
                     stream = await _open(self.upstreams, endpoint, body, meter, budget_s,
-                                         self.limits.stall_timeout_s, self.lag)
+                                         self.limits.stall_timeout_s, self.lag, request.upstream)
                 except GatewayError as err:
                     self._failed(endpoint, meter, err, started_at, in_flight, attempts)
                     raise

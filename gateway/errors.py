@@ -12,6 +12,8 @@
     ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
     ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
     ├── KeyNotFound                   404     invalid_request_error   no   (admin API: code key_not_found)
+    ├── ResponseNotFound              404     invalid_request_error   no   (a stored response: unknown,
+    │                                                                       expired or another key's)
     ├── UpstreamError                 (the provider's status)         by status: 408/429/5xx yes
     │   ├── UpstreamTimeout           504     timeout                 yes
     │   ├── UpstreamUnreachable       502     api_error               yes
@@ -20,10 +22,12 @@
     └── AllCandidatesFailed           (the last failure's)  every candidate failed; carries them all
 
 Every error knows its HTTP status, OpenAI `type` and `code`, the offending `param`, whether another
-attempt could succeed, and a bounded metric label. `error_body()` renders any of them; nothing else
-builds an error response. Messages never contain a provider key: upstream bodies are passed on as
-the provider wrote them except for its key, which `upstream.redact()` takes out first (some providers
-quote it), and a 401/403's text is dropped altogether.
+attempt could succeed, and a bounded metric label. `error_body()` renders any of them, in OpenAI's
+shape or (`shape="anthropic"`, for `/v1/messages`) in Anthropic's, whose `type` follows from the
+status (`ANTHROPIC_TYPES`); nothing else builds an error response. Messages never contain a
+provider key: upstream bodies are passed on as the provider wrote them except for its key, which
+`upstream.redact()` takes out first (some providers quote it), and a 401/403's text is dropped
+altogether.
 """
 
 from __future__ import annotations
@@ -175,6 +179,20 @@ class KeyNotFound(GatewayError):
         super().__init__("No API key has this id.", param="key_id")
 
 
+class ResponseNotFound(GatewayError):
+    """A stored Responses answer that does not exist, has expired, or belongs to another client key:
+    the three look the same, so that no key learns anything about another's conversations."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "response_not_found"
+    metric_label = "response_not_found"
+
+    def __init__(self, response_id: str, param: str | None) -> None:
+        super().__init__(f"No response with id '{response_id[:80]}' is stored for this API key (unknown, "
+                         "expired or deleted).", param=param)
+
+
 class UpstreamError(GatewayError):
     """The provider answered with an error. Its body's error object is passed on (key redacted)."""
 
@@ -260,5 +278,21 @@ class AllCandidatesFailed(GatewayError):
         return self.last.headers()
 
 
-def error_body(err: GatewayError) -> bytes:
+# Anthropic's error types by HTTP status (its documented set; 413 is its request_too_large).
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                   413: "request_too_large", 429: "rate_limit_error", 499: "invalid_request_error",
+                   500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error",
+                   529: "overloaded_error"}
+
+
+def anthropic_error_object(err: GatewayError) -> dict[str, Any]:
+    kind = ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": kind, "message": err.message}
+
+
+def error_body(err: GatewayError, shape: str = "openai") -> bytes:
+    """The JSON body of an error response, in OpenAI's shape or (`"anthropic"`) in Anthropic's."""
+    if shape == "anthropic":
+        return orjson.dumps({"type": "error", "error": anthropic_error_object(err)})
     return orjson.dumps({"error": err.error_object()})

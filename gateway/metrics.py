@@ -9,8 +9,9 @@ Does not: do I/O, decide anything, or merge processes. prometheus-client's multi
 used: each `serve --workers` worker is a replica with its own `/metrics` (a scrape reaches one of
 them), so Prometheus should scrape every worker, or run one worker per container and sum replicas.
 
-Labels are bounded by the catalogue (model, endpoint id, provider, tier), the `Outcome` values and
-short fixed reasons. Never a user, key or request id.
+Labels are bounded by the catalogue (model, endpoint id, provider, tier), the `Outcome` values,
+short fixed reasons and the client APIs' names (the adapters in gateway/apis/). Never a user, key
+or request id.
 """
 
 from __future__ import annotations
@@ -138,8 +139,13 @@ class Metrics:
         self._retries = Counter("ultraroute_retries", "Second tries at the same endpoint.",
                                 [*by_endpoint, "reason"], registry=r)
         self._rejected = Counter("ultraroute_rejected_requests", "Requests refused before any upstream was "
-                                 "called, by reason (unauthenticated, forbidden, client_rate_limited, "
-                                 "budget_exceeded, invalid_request, model_not_found, ...).", ["reason"], registry=r)
+                                 "called, by client API and reason (unauthenticated, forbidden, client_rate_limited, "
+                                 "budget_exceeded, invalid_request, model_not_found, ...).", ["api", "reason"],
+                                 registry=r)
+        self._client_requests = Counter("ultraroute_client_requests", "Requests by the client API they came in by "
+                                        "(chat, responses, messages, completions, embeddings) and the HTTP status "
+                                        "class they ended with.", ["api", "status"], registry=r)
+        self._by_api: dict[tuple[str, int], Counter] = {}
         self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
                               by_endpoint, registry=r)
         self._probes = Counter("ultraroute_probes", "Background probes of open circuits (health_probe.py), by "
@@ -212,8 +218,17 @@ class Metrics:
     def circuit(self, endpoint: Endpoint, open: bool) -> None:
         self._circuit.labels(endpoint.model, endpoint.id, endpoint.tier.value).set(1 if open else 0)
 
-    def rejected(self, reason: str) -> None:
-        self._rejected.labels(_reason(reason)).inc()
+    def rejected(self, reason: str, api: str = "chat") -> None:
+        self._rejected.labels(_reason(api), _reason(reason)).inc()
+
+    def client_request(self, api: str, status: int) -> None:
+        """One request, served or refused, by client API: counted once, when it ends. The children are
+        bound on first use: a request then costs one dict lookup, not a label lookup."""
+        key = (api, status // 100)
+        child = self._by_api.get(key)
+        if child is None:
+            child = self._by_api[key] = self._client_requests.labels(_reason(api), f"{status // 100}xx")
+        child.inc()
 
     def event_loop_lag(self, seconds: float) -> None:
         self._lag.observe(seconds)

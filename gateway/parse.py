@@ -102,7 +102,7 @@ def parse_json_body(raw: bytes, limits: GatewayFile) -> dict[str, Any]:
     return body
 
 
-def _check_headers(headers: Mapping[str, str]) -> None:
+def check_headers(headers: Mapping[str, str]) -> None:
     # Prefix first: on the hot path most headers are not ours, and this is a few µs for ten of them.
     ours = (n.lower() for n in headers if n[:len(HEADER_PREFIX)].lower() == HEADER_PREFIX)
     unknown = sorted({n[:64] for n in ours if n not in KNOWN_HEADERS})
@@ -204,14 +204,28 @@ def parse_chat_request(
 ) -> ChatRequest:
     """Parse and validate the body within `limits` (the `gateway:` section); headers only supply the
     session key, the priority and the metadata switch."""
-    _check_headers(headers)
-    body = parse_json_body(raw, limits)
+    check_headers(headers)
+    return chat_request_from(parse_json_body(raw, limits), headers, request_id, limits)
 
+
+def check_model(body: Mapping[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
         raise InvalidRequest(f"'model' is required and must be a non-empty string of at most {MAX_MODEL_NAME} "
                              "characters.", param="model")
-    prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
+    return model
+
+
+def chat_request_from(
+    body: dict[str, Any], headers: Mapping[str, str], request_id: str, limits: GatewayFile, *,
+    api: str = "chat", upstream: str = "chat", prompt_chars: int | None = None, origin: Any = None,
+) -> ChatRequest:
+    """A `ChatRequest` from a parsed body in the upstream API's shape (`upstream`: chat, completions or
+    embeddings). Client APIs other than chat translate their body first (`gateway/apis/`) and pass
+    their own parsed request as `origin`, and the prompt size when the body has no `messages`."""
+    model = check_model(body)
+    if prompt_chars is None:
+        prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
     _check_optional(body, "stream", bool, "a boolean")
     _check_optional(body, "stream_options", dict, "an object")
     for name in ("max_tokens", "max_completion_tokens", "n"):
@@ -265,4 +279,7 @@ def parse_chat_request(
         options=options,
         speed=speed,
         priority=priority,
+        api=api,
+        upstream=upstream,
+        origin=origin,
     )

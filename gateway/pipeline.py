@@ -1,16 +1,21 @@
-"""The path of one chat completion, stage by stage. Start reading here.
+"""The path of one request, stage by stage, whichever client API it came in by. Start reading here.
 
     0. admit      API key -> its record (401); model allowed (403); limits and budget (429)
                                                                       (access/gate.py)
-    1. parse      request bytes -> ChatRequest                       (parse.py)
+    1. parse      the client API's request -> ChatRequest             (apis/: one adapter per API;
+                  + recall: a stored conversation it continues        chat's is parse.py; sessions/)
     2. resolve    body > headers > model suffix > named policy > key's policy > default -> Preferences
     3. select     catalogue + live stats -> Plan: ordered candidates  (routing/)
     4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py)
-    5. relay      stream it to the client, or assemble the JSON       (relay.py)
-    6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py)
+    5. relay      stream it to the client, or assemble the JSON       (relay.py), rendered in the
+                  client API's shape: its JSON or its stream events   (apis/: render_json, stream_renderer)
+    6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
+                  then the adapter's `after` (a Responses answer with `store: true` is stored)
 
-`handle()` composes them; each stage is a plain function of typed, frozen values. Errors from any
-stage are `GatewayError`s, rendered in one place (`app.py`).
+`handle()` composes them; each stage is a plain function of typed, frozen values. Only the two ends
+know the client API (`ClientApi`, apis/adapter.py): stages 2-4 and 6 see a `ChatRequest` and nothing
+else. Errors from any stage are `GatewayError`s, rendered in one place (`app.py`) in the client
+API's shape.
 """
 
 from __future__ import annotations
@@ -27,16 +32,20 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.access.keys import ApiKey
-from gateway.context import RequestContext
+from gateway.apis.adapter import ClientApi, StreamRenderer
+from gateway.apis.chat import ChatApi
+from gateway.context import ChatRequest, RequestContext
 from gateway.dispatch import Served, outcome_of
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
-from gateway.parse import parse_chat_request, read_body
-from gateway.relay import UpstreamStream, collect, sse_body
+from gateway.parse import read_body
+from gateway.relay import UpstreamStream, chunk_batches, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
+
+CHAT = ChatApi()
 
 
 def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
@@ -75,7 +84,9 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
-                                   ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated)
+                                   ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
+                                   ctx.request.api)
+        services.metrics.client_request(ctx.request.api, status)
 
 
 class Serving:
@@ -90,7 +101,8 @@ class Serving:
 
     async def resume(self, broken: UpstreamStream, text: str) -> UpstreamStream | None:
         assert self.ctx.plan is not None
-        if not self.ctx.preferences.mid_stream_recovery:
+        # Continuing after a prefix is a chat-completions feature; a legacy completion cannot.
+        if not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat":
             return None
         await broken.aclose()
         try:
@@ -124,6 +136,29 @@ async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterato
     finally:
         # Also when the client disconnects: Starlette cancels us.
         await serving.close(serving.served.stream.failure, cancelled)
+
+
+async def _render_stream(serving: Serving, renderer: StreamRenderer, api: ClientApi) -> AsyncIterator[bytes]:
+    """A client API's own stream events (Responses, Messages) from the upstream's chunks."""
+    cancelled = True
+    try:
+        yield renderer.start()
+        try:
+            async for events in chunk_batches(serving.served.stream, serving.resume):
+                out = renderer.feed([chunk for _, chunk in events])
+                if out:
+                    yield out
+        except GatewayError as err:
+            yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
+            cancelled = False
+            return
+        yield renderer.finish()
+        cancelled = False
+    finally:
+        await serving.close(serving.served.stream.failure, cancelled)
+    result = renderer.result()
+    if result is not None and serving.served.stream.failure is None:
+        api.after(serving.ctx, result, serving.services)
 
 
 async def _until_disconnect(receive: Callable[[], Awaitable[Message]]) -> None:
@@ -173,12 +208,12 @@ class EventStream(StreamingResponse):
         await unless_disconnected(body(), receive)
 
 
-async def _collect_json(serving: Serving) -> dict[str, Any]:
+async def _collect_json(serving: Serving, api: ClientApi) -> dict[str, Any]:
     failure: GatewayError | None = None
     cancelled = False
     try:
         stream = serving.served.stream
-        return await collect(stream, stream.endpoint.model, serving.resume)
+        return await collect(stream, stream.endpoint.model, serving.resume, api.assembler(serving.ctx.request))
     except GatewayError as err:
         failure = err
         raise
@@ -189,8 +224,9 @@ async def _collect_json(serving: Serving) -> dict[str, Any]:
         await serving.close(failure, cancelled)
 
 
-async def _serve(ctx: RequestContext, services: Services) -> Response:
-    """Stages 4-6: dispatch, then relay (streaming) or collect (JSON); both end by recording."""
+async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Response:
+    """Stages 4-6: dispatch, then relay (streaming) or collect (JSON), in the client API's shape; both
+    end by recording."""
     chat, plan = ctx.request, ctx.plan
     assert plan is not None
     served = await services.dispatcher.dispatch(chat, plan, ctx.preferences.hedge_after_ms)
@@ -202,27 +238,30 @@ async def _serve(ctx: RequestContext, services: Services) -> Response:
     metadata = metadata_json(plan, served.attempts, endpoint.id) if chat.want_metadata else None
     serving = Serving(services, ctx, served)
     if chat.stream:
-        trailer: Callable[[], bytes] | None = None
-        if metadata is not None:
-            def metadata_event() -> bytes:  # built at the end: whether usage was estimated is known only then
-                metadata["usage_estimated"] = serving.served.stream.meter.usage_estimated
-                return encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
-                                                  "choices": [], "ultraroute": metadata}))
-            trailer = metadata_event
-        return EventStream(_relay_stream(serving, trailer), media_type="text/event-stream",
-                           headers={**headers, "cache-control": "no-cache"})
-    completion = await _collect_json(serving)
+        renderer = api.stream_renderer(chat, endpoint.model)
+        if renderer is not None:
+            body = _render_stream(serving, renderer, api)
+        else:
+            trailer: Callable[[], bytes] | None = None
+            if metadata is not None:
+                def metadata_event() -> bytes:  # built at the end: whether usage was estimated is known only then
+                    metadata["usage_estimated"] = serving.served.stream.meter.usage_estimated
+                    return encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
+                                                      "choices": [], "ultraroute": metadata}))
+                trailer = metadata_event
+            body = _relay_stream(serving, trailer)
+        return EventStream(body, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
+    completion = api.render_json(await _collect_json(serving, api), chat)
     completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
     if metadata is not None:
         completion["ultraroute"] = {**metadata, "usage_estimated": serving.served.stream.meter.usage_estimated}
+    api.after(ctx, completion, services)
     return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
 
 
-def prepare(raw: bytes, request: Request, services: Services, request_id: str,
-            client: ApiKey | None) -> RequestContext:
-    """Stages 1-3 (with the model check of stage 0): parse, resolve preferences, select. Pure, no I/O:
-    also what `/v1/route` shows."""
-    chat = parse_chat_request(raw, request.headers, request_id, services.config.gateway)
+def prepare(chat: ChatRequest, request: Request, services: Services, client: ApiKey | None) -> RequestContext:
+    """Stages 2-3 (with the model check of stage 0) for a parsed request: resolve preferences, select.
+    Pure, no I/O: also what `/v1/route` shows."""
     request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
     services.access.authorize(client, chat)
     started = time.perf_counter()
@@ -232,18 +271,21 @@ def prepare(raw: bytes, request: Request, services: Services, request_id: str,
     return RequestContext(request=chat, client=client, preferences=prefs, plan=plan)
 
 
-async def plan_request(request: Request, services: Services, request_id: str) -> RequestContext:
+async def plan_request(request: Request, services: Services, request_id: str, api: ClientApi = CHAT) -> RequestContext:
     """Authenticate, read the body, then stages 1-3: everything up to the plan, also for `/v1/route`.
-    The key is checked before the body is read: a stranger's bytes are never parsed."""
+    The key is checked before the body is read: a stranger's bytes are never parsed. `recall` is the
+    one step that may wait on Redis, and only for a request that continues a stored conversation."""
     client = await services.access.authenticate(request.headers)
     raw = await read_body(request, services.config.gateway.max_body_bytes)
-    return prepare(raw, request, services, request_id, client)
+    chat = api.parse(raw, request.headers, request_id, services.config.gateway)
+    chat = await api.recall(chat, services, client)
+    return prepare(chat, request, services, client)
 
 
-async def handle(request: Request, services: Services, request_id: str) -> Response:
-    """admit -> parse -> resolve -> select -> dispatch -> relay -> record."""
-    ctx = await plan_request(request, services, request_id)
+async def handle(request: Request, services: Services, request_id: str, api: ClientApi = CHAT) -> Response:
+    """admit -> parse -> resolve -> select -> dispatch -> relay -> record, for a request of client API `api`."""
+    ctx = await plan_request(request, services, request_id, api)
     ctx = replace(ctx, limit_headers=tuple(services.access.admit(ctx.client).items()))
     # Until the response starts, this watcher notices a client that hangs up; once a stream has
     # started, `EventStream` does the same.
-    return await unless_disconnected(_serve(ctx, services), request.receive)
+    return await unless_disconnected(_serve(ctx, services, api), request.receive)

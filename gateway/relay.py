@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -97,9 +97,10 @@ def _error_from_event(error: Any) -> UpstreamError:
 
 class UpstreamStream:
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
-                 lag: LoopLag | None = None) -> None:
+                 lag: LoopLag | None = None, whole: bool = False) -> None:
         self.endpoint = endpoint
         self._lag = lag  # the loop's own lag does not count against the stall timeout
+        self.whole = whole  # one JSON answer, not SSE (embeddings): read whole at the gate
         self.meter = meter
         self._response = response
         self._reads = response.aiter_raw()
@@ -138,7 +139,9 @@ class UpstreamStream:
                 raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
-                answer = bool(delta.get("content") or delta.get("tool_calls") or delta.get("refusal"))
+                # `text`: a legacy completion's chunk; checked last, chat chunks rarely get that far
+                answer = bool(delta.get("content") or delta.get("tool_calls") or delta.get("refusal")
+                              or choice.get("text"))
                 if answer or delta.get("reasoning_content") or delta.get("reasoning"):
                     meter.token_chunks += 1
                     meter.t_last = now
@@ -151,10 +154,39 @@ class UpstreamStream:
             chunks.append((payload, chunk))
         return chunks
 
+    async def _read_whole(self, budget: Budget) -> None:
+        """A JSON answer (embeddings), read to the end within `budget` and kept as one chunk. No token
+        timings: only its end-to-end latency is measured."""
+        raw = b""
+        try:
+            async with budget.timeout():
+                async for part in self._reads:
+                    raw += part
+        except TimeoutError:
+            raise UpstreamTimeout(f"no answer within {budget.seconds:.1f} s") from None
+        except TRANSPORT_ERRORS as exc:
+            raise UpstreamError(f"upstream connection failed: {type(exc).__name__}", status=502) from None
+        self._ended = self.meter.done = True
+        self.meter.t_end = time.perf_counter()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            raise UpstreamError("upstream answered with something other than a JSON object", status=502)
+        if "error" in body:
+            raise _error_from_event(redact(body["error"], self.endpoint.provider))
+        if isinstance(body.get("usage"), dict):
+            self.meter.usage = body["usage"]
+        self._pending.append((raw, body))
+
     async def open_gate(self, budget: Budget | float) -> None:
         """Read until the first token (or the end); raise if it does not come within `budget`."""
         if not isinstance(budget, Budget):
             budget = Budget(budget, self._lag)
+        if self.whole:
+            await self._read_whole(budget)
+            return
         while self.meter.t_first is None and not self.meter.done:
             if budget.remaining() <= 0:
                 raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s")
@@ -209,7 +241,7 @@ def _answer_text(chunk: dict[str, Any]) -> str:
     return text
 
 
-async def _chunks(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[Event]]:
+async def chunk_batches(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[Event]]:
     """The stream's chunks; when it breaks mid-way, continue on another endpoint if `resume` finds one
     (it is given the answer text so far and returns the continuation's stream), else raise."""
     delivered: list[str] = []
@@ -237,7 +269,7 @@ async def sse_body(
     public = PublicModel(model)
     last: dict[str, Any] = {}
     try:
-        async for events in _chunks(stream, resume):
+        async for events in chunk_batches(stream, resume):
             last = events[-1][1]
             out = []
             for payload, chunk in events:
@@ -301,10 +333,16 @@ def error_event(err: GatewayError) -> bytes:
     return encode_event(orjson.dumps({"error": err.error_object()}))
 
 
-async def collect(stream: UpstreamStream, model: str, resume: Resume | None = None) -> dict[str, Any]:
-    """Read the whole stream and assemble a `chat.completion`."""
-    assembler = CompletionAssembler()
-    async for events in _chunks(stream, resume):
+class Assembler(Protocol):
+    def add(self, chunk: dict[str, Any]) -> None: ...
+    def result(self, model: str) -> dict[str, Any]: ...
+
+
+async def collect(stream: UpstreamStream, model: str, resume: Resume | None = None,
+                  assembler: Assembler | None = None) -> dict[str, Any]:
+    """Read the whole stream and assemble a `chat.completion` (or what `assembler` makes of it)."""
+    assembler = assembler or CompletionAssembler()
+    async for events in chunk_batches(stream, resume):
         for _, chunk in events:
             assembler.add(chunk)
     assembler.usage = assembler.usage or stream.meter.usage  # estimated when the upstream sent none

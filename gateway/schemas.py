@@ -41,8 +41,20 @@ _STATUS_TEXT = {
 }
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorResponse, "description": _STATUS_TEXT[s]} for s in statuses}
+class AnthropicErrorObject(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    """Errors of `/v1/messages` have Anthropic's shape."""
+
+    type: str
+    error: AnthropicErrorObject
+
+
+def error_responses(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": model, "description": _STATUS_TEXT[s]} for s in statuses}
 
 
 # Written out rather than generated: the OpenAPI document needs it without shared definitions.

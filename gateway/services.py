@@ -1,5 +1,5 @@
 """The one `Services` object a running gateway owns: config, upstream pools, telemetry, router,
-metrics, the access log, and client access (keys, limits, spend).
+metrics, the access log, client access (keys, limits, spend) and stored Responses conversations.
 
 Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
 argument. There are no module-level singletons.
@@ -29,6 +29,7 @@ from gateway.record import Recorder
 from gateway.retry import RetryBudget
 from gateway.routing.router import Router, RouterSettings
 from gateway.serve.lag import LoopLag
+from gateway.sessions import Sessions, open_sessions
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
@@ -49,6 +50,7 @@ class Services:
     access_log: AccessLog
     access: Access
     key_store: KeyStore
+    sessions: Sessions  # stored Responses conversations
 
 
 @asynccontextmanager
@@ -104,6 +106,8 @@ async def open_services(
     await telemetry.start()
     access_log.start()
     await lag.start()
+    sessions = open_sessions(config.redis_url, gw.redis_key_prefix, config.sessions)
+    sessions.outage.on_error = metrics.redis_error
     try:
         yield Services(
             config=config,
@@ -119,9 +123,11 @@ async def open_services(
             access_log=access_log,
             access=access,
             key_store=key_store,
+            sessions=sessions,
         )
     finally:
         await lag.stop()
+        await sessions.aclose()
         access_log.stop()
         await ledger.stop()
         if keyring is not None:

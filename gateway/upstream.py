@@ -1,6 +1,7 @@
 """The one place that talks HTTP to providers: one pooled aiohttp session per provider.
 
-`Upstreams.open()` sends a chat completion and returns an `UpstreamResponse` with its body unread,
+`Upstreams.open()` sends a chat completion (or, to another `path`, a legacy completion or an embeddings
+request) and returns an `UpstreamResponse` with its body unread,
 so the caller can stream it. The provider's key is attached here and nowhere else; `redact()` takes
 it out of whatever a provider sends back in an error. Timeouts beyond connect are the dispatcher's
 business (first-token budget, stall, deadline), not this module's.
@@ -158,16 +159,21 @@ class Upstreams:
         if transport_factory is not None:
             self._test_clients = {name: _test_client(p, transport_factory(p)) for name, p in providers.items()}
 
-    async def open(self, endpoint: Endpoint, body: bytes) -> UpstreamResponse:
-        """Send the request; return as soon as the status line and headers have arrived."""
+    async def open(self, endpoint: Endpoint, body: bytes, path: str = "/chat/completions") -> UpstreamResponse:
+        """Send the request (to `path` under the provider's base URL); return as soon as the status
+        line and headers have arrived."""
         name = endpoint.provider.name
         if self._test_clients is not None:
             client = self._test_clients[name]
-            return await client.send(client.build_request("POST", "/chat/completions", content=body), stream=True)
+            return await client.send(client.build_request("POST", path, content=body), stream=True)
         session = self._sessions.get(name)
         if session is None:
             session = self._sessions[name] = _session(self._providers[name])
-        response = await session.post(self._urls[name], data=body, allow_redirects=False)
+        if path == "/chat/completions":
+            url = self._urls[name]
+        else:
+            url = URL(self._providers[name].base_url.rstrip("/") + path)
+        response = await session.post(url, data=body, allow_redirects=False)
         return _AiohttpResponse(response)
 
     async def aclose(self) -> None:

@@ -95,7 +95,7 @@ def test_keys_models_and_limits(sim: SimProcess) -> None:
         assert models == ["m"]  # only what the key may use
         metrics = httpx.get(f"{gw.url}/metrics").text
         for reason, count in (("unauthenticated", 2), ("forbidden", 2), ("client_rate_limited", 1)):
-            assert f'ultraroute_rejected_requests_total{{reason="{reason}"}} {count}.0' in metrics, reason
+            assert f'ultraroute_rejected_requests_total{{api="chat",reason="{reason}"}} {count}.0' in metrics, reason
 
 
 def test_budget_exceeded(sim: SimProcess) -> None:

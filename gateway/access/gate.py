@@ -1,6 +1,6 @@
 """Stage 0, admit: who is calling, may they use this model, and are they within their limits.
 
-    authenticate   `Authorization: Bearer <key>` -> the key's record          401
+    authenticate   `Authorization: Bearer <key>` (or `x-api-key: <key>`) -> the key's record   401
     authorize      the model (and fallback models) against the key's list     403
     admit          budget, requests and tokens per minute; counts the request  429
     charge         after the response: tokens and cost go to the key's ledger
@@ -23,7 +23,7 @@ from gateway.context import ChatRequest
 from gateway.errors import AuthenticationFailed, BudgetExceeded, PermissionDenied, RateLimited
 from gateway.routing.router import split_suffix
 
-MISSING_KEY = ("Missing API key: send it as `Authorization: Bearer <key>`. "
+MISSING_KEY = ("Missing API key: send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`). "
                "An operator creates keys with `ultraroute keys create`.")
 
 
@@ -43,11 +43,15 @@ class Access:
             return None
         header = headers.get("authorization")
         if not header:
-            raise AuthenticationFailed(MISSING_KEY, code="missing_api_key")
-        scheme, _, secret = header.partition(" ")
-        secret = secret.strip()
-        if scheme.lower() != "bearer" or not secret:
-            raise AuthenticationFailed("Malformed Authorization header: expected `Bearer <key>`.")
+            # The Anthropic SDK's header; any client may use it.
+            secret = headers.get("x-api-key", "").strip()
+            if not secret:
+                raise AuthenticationFailed(MISSING_KEY, code="missing_api_key")
+        else:
+            scheme, _, secret = header.partition(" ")
+            secret = secret.strip()
+            if scheme.lower() != "bearer" or not secret:
+                raise AuthenticationFailed("Malformed Authorization header: expected `Bearer <key>`.")
         key = await self.keyring.lookup(hash_secret(secret))
         # The message never repeats the secret sent: it may be a real key pasted into the wrong place.
         if key is None:

@@ -26,6 +26,7 @@ class RequestShape:
     prompt_tokens: int
     max_tokens: int | None
     parameters: frozenset[str]  # capabilities the request uses (tools, response_format, ...)
+    upstream: str = "chat"  # the upstream API it needs: chat, completions or embeddings
 
 
 def request_shape(request: ChatRequest) -> RequestShape:
@@ -46,7 +47,7 @@ def request_shape(request: ChatRequest) -> RequestShape:
     # Rounded up to 64 tokens so that prompts of similar size share a cached plan.
     prompt_tokens = -(-request.prompt_chars // (CHARS_PER_TOKEN * 64)) * 64
     return RequestShape(prompt_tokens, max_tokens if isinstance(max_tokens, int) else None,
-                        frozenset(used))
+                        frozenset(used), request.upstream)
 
 
 def matches(endpoint: Endpoint, names: Iterable[str]) -> bool:
@@ -57,6 +58,8 @@ def matches(endpoint: Endpoint, names: Iterable[str]) -> bool:
 def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences) -> str | None:
     if not endpoint.available:
         return "unavailable: provider key not set"
+    if shape.upstream not in endpoint.apis:
+        return f"does not serve the {shape.upstream} API (apis: {', '.join(sorted(endpoint.apis))})"
     if prefs.only is not None and not matches(endpoint, prefs.only):
         return "not in provider.only"
     if prefs.ignore and matches(endpoint, prefs.ignore):

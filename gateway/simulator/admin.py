@@ -6,6 +6,7 @@ Routes:
   GET   /admin/endpoints/{name}          -> {"profile", "stats" (no attempts), "base_url"}
   PATCH /admin/endpoints/{name}          body: partial profile -> the new profile (400 if invalid)
   GET   /admin/endpoints/{name}/stats    -> counters plus the last 1000 attempts
+  GET   /admin/endpoints/{name}/requests -> the last 100 API requests received: [{"path", "body"}]
   POST  /admin/endpoints/{name}/reset    body: optional {"profiles": bool} -> that endpoint only
   POST  /admin/reset                     body: optional {"profiles": bool} -> every endpoint
 
@@ -79,6 +80,8 @@ class AdminApi:
             return 200, profile.model_dump(mode="json")
         if tail == ["stats"] and method == "GET":
             return 200, endpoint.stats(attempts=True)
+        if tail == ["requests"] and method == "GET":
+            return 200, endpoint.requests.as_list()
         if tail == ["reset"] and method == "POST":
             await endpoint.reset(_profiles_flag(req.body))
             return 200, {"ok": True}

@@ -28,6 +28,7 @@ from gateway.simulator.content import (
     token_ids,
 )
 from gateway.simulator.payloads import error_body
+from gateway.simulator.structured import Structured, prompt_messages, structured_answer
 
 MAX_COMPLETION_TOKENS = 131_072  # a larger max_tokens is refused, as real hosts do
 
@@ -82,10 +83,13 @@ class ChatJob:
     prompt_tokens: int
     prefixes: list[tuple[bytes, int]] = field(default_factory=list)
     cached_tokens: int = 0
+    structured: Structured | None = None  # a tool call or a JSON answer instead of words
+    kind: str = "chat"  # or "completions": the legacy API's chunk and body shapes
 
     @property
     def n_tokens(self) -> int:
-        return len(self.reasoning_ids) + len(self.answer_ids)
+        extra = len(self.structured.pieces) if self.structured is not None else 0
+        return len(self.reasoning_ids) + len(self.answer_ids) + extra
 
     def usage(self) -> dict[str, Any]:
         completion = self.n_tokens
@@ -98,8 +102,9 @@ class ChatJob:
         }
 
 
-def parse_chat_request(raw: bytes, profile: EndpointProfile) -> ChatJob:
-    """Validate a chat request body against `profile` and decide exactly what it will produce.
+def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat") -> ChatJob:
+    """Validate a chat request body (`kind="completions"`: a legacy completion's, whose `prompt` counts
+    as one user message) against `profile` and decide exactly what it will produce.
 
     Raises `ApiError` (400 or 404) with OpenAI's error shape. The context-length and capacity
     checks are the caller's, since they depend on state.
@@ -110,7 +115,9 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile) -> ChatJob:
         raise _bad("We could not parse the JSON body of your request.", None, "invalid_json") from None
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", None, "invalid_json")
-    messages = body.get("messages")
+    messages = body.get("messages") if kind == "chat" else prompt_messages(body.get("prompt"))
+    if messages is None and kind != "chat":
+        raise _bad("Missing or invalid parameter: 'prompt'.", "prompt", "invalid_value")
     if messages is None:
         raise _bad("Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
     if (
@@ -158,8 +165,14 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile) -> ChatJob:
     else:
         n_reasoning = min(profile.reasoning_tokens, limit)
         n_answer, finish = limit - n_reasoning, "length"
+    if kind != "chat":  # a legacy completion does not reason
+        n_answer, n_reasoning = (profile.output_tokens if limit is None else limit), 0
     k = count_prefix_tokens(prefix_text) if prefix_text else 0
     digest = messages_digest(base)
+    structured = structured_answer(body, messages, digest) if kind == "chat" and not k else None
+    if structured is not None:  # the whole tool call or JSON document, whatever the limit
+        n_reasoning, n_answer = 0, 0
+        finish = "tool_calls" if structured.kind == "tool_call" else "stop"
     options = body.get("stream_options")
     prefixes = PrefixCache.prefixes(messages)
     return ChatJob(
@@ -173,4 +186,6 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile) -> ChatJob:
         prefix_tokens=k,
         prompt_tokens=prefixes[-1][1],
         prefixes=prefixes,
+        structured=structured,
+        kind=kind,
     )

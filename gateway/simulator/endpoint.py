@@ -1,6 +1,7 @@
 """One simulated OpenAI-compatible endpoint: timing, capacity, faults, admin changes.
 
-Does: serve `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` on the
+Does: serve `POST /v1/chat/completions` and the legacy `/v1/completions` (streaming and not),
+`POST /v1/embeddings` (structured.py) and `GET /v1/models` on the
 endpoint's own port; enforce context-length and capacity limits with OpenAI-shaped errors; wait a
 lognormal TTFT, then emit tokens on a per-user rate that slows down with the endpoint's current
 concurrency, batched to at most one socket write per tick; inject the profile's faults; apply
@@ -32,10 +33,12 @@ import orjson
 from gateway.simulator.chat_request import ApiError, ChatJob, parse_chat_request, rate_limited
 from gateway.simulator.config import EndpointProfile, SimConfigError, merge_profile
 from gateway.simulator.content import PrefixCache
+from gateway.simulator.embeddings import serve_embeddings
 from gateway.simulator.http11 import HttpConnection, HttpListener, Request
 from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
-from gateway.simulator.stats import Attempt, EndpointStats
+from gateway.simulator.stats import Attempt, EndpointStats, RecentRequests
 
+API_PATHS = ("/chat/completions", "/completions", "/embeddings")
 EARLY_S = 0.002  # tokens due within this much are sent now: loop timers may fire ~1 ms early
 NON_STREAM_MIN_SLEEP_S = 0.05  # nobody sees intermediate tokens of a non-streamed answer
 TERMINAL_FAULTS = ("error", "hang", "error_event", "drop", "stall")
@@ -66,6 +69,7 @@ class Endpoint:
         self._timing_rng = random.Random()
         self._stats = EndpointStats()
         self._forced_errors = profile.faults.error_next  # left of `faults.error_next`
+        self.requests = RecentRequests()  # what clients sent, for tests (admin: .../requests)
         self.reset_stats()
 
     # ---- lifecycle and admin ------------------------------------------------------------------
@@ -105,6 +109,7 @@ class Endpoint:
 
     def reset_stats(self) -> None:
         self._stats.clear()
+        self.requests.clear()
         self.prefix_cache.clear()
         # Per-endpoint streams derived from the simulator seed: reproducible, and one endpoint's
         # traffic does not shift another's fault draws. Re-seeded on reset.
@@ -129,25 +134,29 @@ class Endpoint:
     # ---- HTTP entry ---------------------------------------------------------------------------
 
     async def handle(self, req: Request, conn: HttpConnection) -> None:
-        path = req.path.rstrip("/")
-        if path in ("/v1/chat/completions", "/chat/completions"):
+        path = req.path.rstrip("/").removeprefix("/v1")
+        if path in API_PATHS:
             if req.method != "POST":
                 conn.send(405, error_body("Use POST", "invalid_request_error", "method_not_allowed"))
                 return
-            await self._chat(req, conn)
-        elif path in ("/v1/models", "/models") and req.method == "GET":
+            self.requests.record(path, req.body)
+            if path == "/embeddings":
+                await serve_embeddings(self, req, conn)
+            else:
+                await self._chat(req, conn, "chat" if path == "/chat/completions" else "completions")
+        elif path == "/models" and req.method == "GET":
             model = {"id": self.profile.model or "sim-model", "object": "model", "created": 0}
             conn.send(200, orjson.dumps({"object": "list", "data": [{**model, "owned_by": "simulator"}]}))
         else:
             conn.send(404, error_body(f"Unknown path {req.path}", "invalid_request_error", "not_found"))
 
-    async def _chat(self, req: Request, conn: HttpConnection) -> None:
+    async def _chat(self, req: Request, conn: HttpConnection, kind: str = "chat") -> None:
         profile = self.profile  # snapshot: an admin patch affects the next request, not this one
         attempt = self._stats.begin(time.time())
         loop = asyncio.get_running_loop()
         echo_key = _bearer_token(req) if profile.faults.echo_key_in_errors else None
         try:
-            job = parse_chat_request(req.body, profile)
+            job = parse_chat_request(req.body, profile, kind)
             attempt.stream, attempt.model, attempt.prefix_tokens = job.stream, job.model, job.prefix_tokens
             if job.prompt_tokens > profile.context_length:
                 raise ApiError(

@@ -37,8 +37,10 @@ class ChunkWriter:
     def __init__(self, job: ChatJob) -> None:
         self._job = job
         self._n_reasoning = len(job.reasoning_ids)
-        head = b'data: {"id":%b,"object":"chat.completion.chunk","created":%d,"model":%b,"choices":[' % (
+        kind = b"text_completion" if job.kind == "completions" else b"chat.completion.chunk"
+        head = b'data: {"id":%b,"object":"%b","created":%d,"model":%b,"choices":[' % (
             orjson.dumps(new_chat_id()),
+            kind,
             int(time.time()),
             orjson.dumps(job.model),
         )
@@ -47,8 +49,28 @@ class ChunkWriter:
         # OpenAI sends `"usage": null` on every chunk when include_usage is on.
         self._usage_null = b',"usage":null' if job.include_usage else b""
         self._tail = b'},"finish_reason":null}]' + self._usage_null + b"}\n\n"
+        if job.kind == "completions":  # legacy chunks: `text` in the choice, no delta
+            self._delta = head + b'{"index":0,"logprobs":null,'
+            self._tail = b',"finish_reason":null}]' + self._usage_null + b"}\n\n"
+
+    def _structured(self, i: int) -> bytes:
+        s = self._job.structured
+        assert s is not None
+        piece = orjson.dumps(s.pieces[i])
+        if s.kind == "json":
+            role = b'"role":"assistant",' if i == 0 else b""
+            return self._delta + role + b'"content":' + piece + self._tail
+        if i == 0:
+            call = b'{"index":0,"id":%b,"type":"function","function":{"name":%b,"arguments":%b}}' % (
+                orjson.dumps(s.call_id), orjson.dumps(s.tool_name), piece)
+            return self._delta + b'"role":"assistant","content":null,"tool_calls":[' + call + b"]" + self._tail
+        return self._delta + b'"tool_calls":[{"index":0,"function":{"arguments":' + piece + b"}}]" + self._tail
 
     def token(self, i: int) -> bytes:
+        if self._job.structured is not None:
+            return self._structured(i)
+        if self._job.kind == "completions":
+            return self._delta + b'"text":' + TOKEN_JSON[self._job.answer_ids[i - self._n_reasoning]] + self._tail
         role = b'"role":"assistant",' if i == 0 else b""
         if i < self._n_reasoning:
             word = TOKEN_JSON[self._job.reasoning_ids[i]]
@@ -61,9 +83,10 @@ class ChunkWriter:
         return self._delta + b'"role":"assistant","content":""' + self._tail
 
     def finish(self, with_done: bool) -> bytes:
+        close = b'"text":""' if self._job.kind == "completions" else b"}"
         out = (
             self._delta
-            + b'},"finish_reason":"%b"}]' % self._job.finish_reason.encode()
+            + close + b',"finish_reason":"%b"}]' % self._job.finish_reason.encode()
             + self._usage_null
             + b"}\n\n"
         )
@@ -75,7 +98,19 @@ class ChunkWriter:
 
 
 def completion_body(job: ChatJob) -> bytes:
+    if job.kind == "completions":
+        return orjson.dumps({"id": new_chat_id(), "object": "text_completion", "created": int(time.time()),
+                             "model": job.model, "usage": job.usage(), "choices": [
+                                 {"index": 0, "text": render(job.answer_ids), "logprobs": None,
+                                  "finish_reason": job.finish_reason}]})
     message: dict[str, Any] = {"role": "assistant", "content": render(job.answer_ids)}
+    s = job.structured
+    if s is not None and s.kind == "json":
+        message["content"] = s.text
+    elif s is not None:
+        message["content"] = None
+        message["tool_calls"] = [{"id": s.call_id, "type": "function",
+                                  "function": {"name": s.tool_name, "arguments": s.text}}]
     if job.reasoning_ids:
         message["reasoning_content"] = render(job.reasoning_ids)
     return orjson.dumps(

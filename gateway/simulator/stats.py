@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+
 MAX_ATTEMPTS = 1000
 COMPLETED = frozenset({"ok", "malformed", "no_done"})
 ERRORS = frozenset({"error", "error_event", "bad_request", "model_not_found", "context_length_exceeded"})
@@ -92,3 +94,26 @@ class EndpointStats:
         if attempts:
             out["attempts"] = [a.as_dict() for a in self.attempts]
         return out
+
+
+class RecentRequests:
+    """The bodies of the last `MAX_REQUESTS` API requests an endpoint received, parsed where they are
+    JSON: what tests read to see exactly what the gateway forwarded (e.g. a conversation's history)."""
+
+    MAX_REQUESTS = 100
+
+    def __init__(self) -> None:
+        self.items: deque[dict[str, Any]] = deque(maxlen=self.MAX_REQUESTS)
+
+    def record(self, path: str, body: bytes) -> None:
+        try:
+            parsed: Any = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = body[:1000].decode(errors="replace")
+        self.items.append({"path": path, "body": parsed})
+
+    def clear(self) -> None:
+        self.items.clear()
+
+    def as_list(self) -> list[dict[str, Any]]:
+        return list(self.items)

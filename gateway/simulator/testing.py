@@ -179,6 +179,10 @@ class SimProcess:
     def stats(self, name: str) -> dict[str, Any]:
         return dict(self._admin("GET", f"/admin/endpoints/{name}/stats"))
 
+    def requests(self, name: str) -> list[dict[str, Any]]:
+        """The last API requests `name` received (`{"path", "body"}`, oldest first)."""
+        return list(self._admin("GET", f"/admin/endpoints/{name}/requests"))
+
     def endpoints(self) -> dict[str, Any]:
         return dict(self._admin("GET", "/admin/endpoints"))
 

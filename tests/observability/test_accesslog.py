@@ -26,7 +26,7 @@ from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.harness import GatewayProcess
 from tests.observability.conftest import SECRET_KEY
 
-FIELDS = {"ts", "request_id", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
+FIELDS = {"ts", "request_id", "api", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
           "outcome",
           "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd", "usage_estimated"}
 

@@ -25,7 +25,8 @@ from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
 
-ALLOWED_LABELS = {"model", "endpoint", "provider", "tier", "status", "kind", "from_tier", "to_tier", "reason", "le"}
+ALLOWED_LABELS = {"api", "model", "endpoint", "provider", "tier", "status", "kind", "from_tier", "to_tier", "reason",
+                  "le"}
 
 
 @pytest.fixture

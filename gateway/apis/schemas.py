@@ -1,0 +1,100 @@
+"""The OpenAPI request schemas of the translated client APIs (Responses, Messages): exactly what
+their parsers accept, so that schemathesis's checks (a schema-valid body is served, an invalid one
+refused) hold. Documentation only: the parsers do the checking, with orjson, on the hot path.
+Routing fields (`provider`, `speed`, `models`, ...) are accepted as in chat and described in the README.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _const(value: str) -> dict[str, Any]:
+    return {"type": "string", "enum": [value]}
+
+
+def _obj(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+NUMBER = {"type": ["number", "null"]}
+BOOLEAN = {"type": ["boolean", "null"]}
+STRING = {"type": "string"}
+
+# -- Responses --------------------------------------------------------------------------------
+_TEXT_PART = _obj(["type", "text"], type={"type": "string", "enum": ["input_text", "output_text", "text"]},
+                  text=STRING)
+_PART = {"oneOf": [_TEXT_PART, _obj(["type", "refusal"], type=_const("refusal"), refusal=STRING),
+                   _obj(["type", "image_url"], type=_const("input_image"), image_url=STRING)]}
+_CONTENT = {"anyOf": [STRING, {"type": "array", "items": _PART}]}
+_ITEM = {"oneOf": [
+    _obj(["role", "content"], type=_const("message"),
+         role={"type": "string", "enum": ["user", "system", "developer", "assistant"]}, content=_CONTENT),
+    _obj(["type", "call_id", "name", "arguments"], type=_const("function_call"), call_id=STRING, name=STRING,
+         arguments=STRING),
+    _obj(["type", "call_id", "output"], type=_const("function_call_output"), call_id=STRING, output=_CONTENT),
+    _obj(["type"], type=_const("reasoning")),
+]}
+_FORMAT = {"oneOf": [_obj(["type"], type={"type": "string", "enum": ["text", "json_object"]}),
+                     _obj(["type", "name", "schema"], type=_const("json_schema"), name=STRING,
+                          schema={"type": "object"})]}
+
+RESPONSES_REQUEST: dict[str, Any] = {
+    "type": "object", "required": ["model", "input"],
+    "description": "OpenAI's Responses request, translated to a chat completion. Other fields of OpenAI's API "
+                   "(built-in tools, conversation, background) are refused with a 400 naming them.",
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "input": {"anyOf": [STRING, {"type": "array", "minItems": 1, "items": _ITEM}]},
+        "instructions": {"type": ["string", "null"]},
+        "tools": {"type": ["array", "null"], "items": _obj(["type", "name"], type=_const("function"), name=STRING)},
+        "tool_choice": {"anyOf": [{"type": "string", "enum": ["auto", "none", "required"]},
+                                  _obj(["type", "name"], type=_const("function"), name=STRING), {"type": "null"}]},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "temperature": NUMBER, "top_p": NUMBER,
+        "text": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+            "format": {"anyOf": [{"type": "null"}, _FORMAT]}}}]},
+        "stream": BOOLEAN, "store": BOOLEAN, "parallel_tool_calls": BOOLEAN,
+        "previous_response_id": {"type": ["string", "null"], "minLength": 1, "maxLength": 128},
+        "metadata": {"type": ["object", "null"]},
+        "reasoning": {"type": ["object", "null"]},
+    },
+}
+
+# -- Messages ---------------------------------------------------------------------------------
+_TEXT = _obj(["type", "text"], type=_const("text"), text=STRING)
+_IMAGE = _obj(["type", "source"], type=_const("image"), source={"oneOf": [
+    _obj(["type", "data"], type=_const("base64"), media_type=STRING, data=STRING),
+    _obj(["type", "url"], type=_const("url"), url=STRING)]})
+_TOOL_USE = _obj(["type", "id", "name"], type=_const("tool_use"), id=STRING, name=STRING, input={"type": "object"})
+_RESULT_CONTENT = {"anyOf": [STRING, {"type": "null"}, {"type": "array", "items": {"oneOf": [_TEXT, _IMAGE]}}]}
+_TOOL_RESULT = _obj(["type", "tool_use_id"], type=_const("tool_result"), tool_use_id=STRING,
+                    is_error={"type": "boolean"}, content=_RESULT_CONTENT)
+_THINKING = _obj(["type"], type={"type": "string", "enum": ["thinking", "redacted_thinking"]})
+
+
+def _turn(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    return _obj(["role", "content"], role=_const(role),
+                content={"anyOf": [STRING, {"type": "array", "items": {"oneOf": blocks}}]})
+
+
+MESSAGES_REQUEST: dict[str, Any] = {
+    "type": "object", "required": ["model", "messages", "max_tokens"],
+    "description": "Anthropic's Messages request, translated to a chat completion. Errors use Anthropic's shape.",
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": {"type": "array", "minItems": 1, "items": {"oneOf": [
+            _turn("user", [_TEXT, _IMAGE, _TOOL_RESULT]), _turn("assistant", [_TEXT, _TOOL_USE, _THINKING])]}},
+        "system": {"anyOf": [STRING, {"type": "null"}, {"type": "array", "items": _TEXT}]},
+        "tools": {"type": ["array", "null"], "items": _obj(["name"], name=STRING, description=STRING,
+                                                           input_schema={"type": "object"})},
+        "tool_choice": {"anyOf": [{"type": "null"},
+                                  _obj(["type"], type={"type": "string", "enum": ["auto", "none", "any"]},
+                                       disable_parallel_tool_use={"type": "boolean"}),
+                                  _obj(["type", "name"], type=_const("tool"), name=STRING,
+                                       disable_parallel_tool_use={"type": "boolean"})]},
+        "stop_sequences": {"type": ["array", "null"], "items": STRING},
+        "temperature": NUMBER, "top_p": NUMBER, "stream": BOOLEAN,
+    },
+}

@@ -1,0 +1,67 @@
+"""One simulator and one gateway process (with client keys) shared by the client-API tests.
+
+Model `m` (chat and legacy completions) and model `e` (embeddings) each have a fast-tier endpoint
+(simulator `fast`) and a standard one (`std`). `failing_fast` makes the fast tier answer 503 for
+one test, to show each API falling back. The circuit never opens (breaker_failures is high), so
+tests do not depend on each other's faults; nothing explores, so `speed: fast` always tries `fast` first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.harness import GatewayProcess, catalogue_for
+
+PROFILE = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 12}
+FAST = {"speed": "fast"}  # the body field every API accepts (extra_body in the SDKs)
+
+
+@pytest.fixture(scope="session")
+def api_sim() -> Iterator[SimProcess]:
+    # The fast tier decodes far faster, so the router never spills it as "slower" than standard.
+    profiles = {"fast": {**PROFILE, "tokens_per_second": 3000}, "std": {**PROFILE, "tokens_per_second": 300}}
+    with SimProcess(make_sim_config(profiles)) as sim:
+        yield sim
+
+
+class KeyedGateway(GatewayProcess):
+    key: str  # unlimited
+    limited: str  # one request per minute, already spent
+
+
+@pytest.fixture(scope="session")
+def api_gateway(api_sim: SimProcess) -> Iterator[KeyedGateway]:
+    text = ["chat", "completions"]
+    catalogue = catalogue_for(api_sim, {
+        "m": [{"sim": "fast", "tier": "fast", "apis": text}, {"sim": "std", "tier": "standard", "apis": text}],
+        "e": [{"sim": "fast", "tier": "fast", "apis": ["embeddings"]},
+              {"sim": "std", "tier": "standard", "apis": ["embeddings"]}],
+    }, gateway={"breaker_failures": 1000, "explore_rate": 0.0})
+    gw = KeyedGateway(catalogue, open_access=False)
+    gw.key = gw.create_key()
+    gw.limited = gw.create_key("--rpm", "1")
+    with gw:
+        spent = httpx.post(f"{gw.base_url}/chat/completions", headers={"authorization": f"Bearer {gw.limited}"},
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+        assert spent.status_code == 200, spent.text
+        yield gw
+
+
+@pytest.fixture
+def failing_fast(api_sim: SimProcess) -> Iterator[None]:
+    api_sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
+    try:
+        yield
+    finally:
+        api_sim.patch("fast", faults={"error_rate": 0.0})
+
+
+def last_request(sim: SimProcess, endpoint: str, path: str) -> dict:  # type: ignore[type-arg]
+    """The body of the last request `endpoint` of the simulator received at `path`."""
+    bodies = [r["body"] for r in sim.requests(endpoint) if r["path"] == path]
+    assert bodies, f"{endpoint} received no {path} request"
+    return bodies[-1]  # type: ignore[no-any-return]
