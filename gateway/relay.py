@@ -334,6 +334,8 @@ def error_event(err: GatewayError) -> bytes:
 
 
 class Assembler(Protocol):
+    usage: dict[str, Any] | None
+
     def add(self, chunk: dict[str, Any]) -> None: ...
     def result(self, model: str) -> dict[str, Any]: ...
 

@@ -23,12 +23,14 @@ class WholeAnswer:
 
     def __init__(self) -> None:
         self.body: dict[str, Any] = {}
+        self.usage: dict[str, Any] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         self.body = chunk
+        self.usage = chunk.get("usage")
 
     def result(self, model: str) -> dict[str, Any]:
-        return {**self.body, "model": model}
+        return {**self.body, "model": model, "usage": self.usage}
 
 
 class EmbeddingsApi(ClientApi):
