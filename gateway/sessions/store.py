@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from gateway.redisconn import connect
 
 
 class StoreUnavailable(Exception):
@@ -80,8 +81,8 @@ class RedisStore:
 
     def __init__(self, url: str, prefix: str, timeout_s: float) -> None:
         self._prefix = prefix
-        self._redis = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                        retry_on_timeout=False)
+        # The project's one client factory: a plain server, rediss://, Sentinel or Cluster alike.
+        self._redis = connect(url, timeout_s=timeout_s, retries=False)
 
     def _key(self, response_id: str) -> str:
         return f"{self._prefix}:{response_id}"
