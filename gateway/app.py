@@ -4,13 +4,15 @@ Routes are thin: each client API's route (`gateway/apis/`: `/v1/chat/completions
 `/v1/messages`, `/v1/completions`, `/v1/embeddings`) hands over to `pipeline.handle()` with its adapter,
 and errors on those routes are rendered in that API's shape; the rest read the catalogue,
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
-response carries `x-request-id` (the client's, if it sent a sane one).
+response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
+current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
+(`serve/drain.py`): `/healthz` is readiness (503 while draining), `/livez` liveness.
 
 The client API routes are served as plain ASGI handlers (`GatewayApp.fast_routes`), before FastAPI's
 middleware, exception and routing layers: those cost ~25% of the gateway's CPU per completion under
 load. FastAPI still declares the routes (so `/openapi.json` documents them) and serves every other
 route; the handlers keep the layers' semantics: the request id, errors rendered by the same
-functions (in the API's shape) with the same access-log line and metrics.
+functions (in the API's shape) with the same access-log line and metrics, and the drain gate (`serve/drain.py`).
 """
 
 from __future__ import annotations
@@ -20,35 +22,40 @@ import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import pipeline
-from gateway.access.admin import admin_router
+from gateway.access.admin import admin_router, spec_body
 from gateway.apis import CLIENT_APIS, stored_responses_router
 from gateway.apis.adapter import ClientApi
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
-from gateway.endpoint_view import endpoint_json
+from gateway.endpoint_view import endpoint_json, history_json
 from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, Overloaded, UpstreamError, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import MAX_MODEL_NAME
 from gateway.schemas import error_responses
+from gateway.serve.drain import Drain, DrainGate
 from gateway.serve.overload import Admission
+from gateway.serve.reload import Reloader
 from gateway.services import Services, open_services
 from gateway.upstream import TransportFactory
 
 log = logging.getLogger("ultraroute")
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-WINDOWS_S = frozenset({60, 300, 1800})
+WINDOWS_S = (60, 300, 1800)
+# A query parameter as the OpenAPI document shows it; `window_of()` holds the gateway to it.
+WindowS = Annotated[int, Query(json_schema_extra={"enum": list(WINDOWS_S)},
+                               description="Seconds of history: one of the windows the gateway keeps")]
 
 
 def assign_request_id(scope: Scope, send: Send) -> tuple[str, Send]:
@@ -105,6 +112,9 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+CHAT = next(api for api in CLIENT_APIS if api.path == "/v1/chat/completions")  # `/v1/route` takes its body
+
+
 def api_openapi(api: ClientApi, config: Config) -> dict[str, Any]:
     """A client API route's request body and security in the OpenAPI document, with this catalogue's
     model names as examples."""
@@ -119,6 +129,16 @@ def api_openapi(api: ClientApi, config: Config) -> dict[str, Any]:
         security.append({"x-api-key": []})
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema, "example": example}}},
             "security": security}
+
+
+def _text(media_type: str, description: str) -> dict[int | str, dict[str, Any]]:
+    return {200: {"description": description, "content": {media_type: {"schema": {"type": "string"}}}}}
+
+
+def window_of(window_s: int) -> int:
+    if window_s not in WINDOWS_S:
+        raise InvalidRequest(f"'window_s' must be one of {', '.join(map(str, WINDOWS_S))}.", param="window_s")
+    return window_s
 
 
 def render_error(err: GatewayError, api: ClientApi | None = None) -> Response:
@@ -158,6 +178,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_services(config, transport_factory) as services:
             app.state.services = services
+            reloader = app.state.reloader = Reloader(app.state, drain, on_reload=forget_openapi)
             missing = [p.name for p in config.catalogue.providers.values() if p.key_missing]
             if missing:
                 log.warning("providers without a key (their endpoints are unavailable): %s",
@@ -166,7 +187,11 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
                 log.warning("OPEN MODE: no client keys are checked; anyone who can reach this port can spend "
                             "on the providers' accounts. Create keys with `ultraroute keys create` and start "
                             "without --open / ULTRAROUTE_OPEN.")
-            yield
+            try:
+                yield
+            finally:
+                await reloader.aclose()
+                await app.state.services.upstreams.aclose()  # a reload's new pools (closing twice is safe)
 
     app = GatewayApp(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     dashboard_page = load_page()
@@ -185,10 +210,29 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     # One count for the fast completion route and FastAPI's other client API routes.
     admission = Admission(config.gateway.max_in_flight, refuse_overloaded)
     app.add_middleware(admission.guard)  # type: ignore[arg-type]
+    drain = app.state.drain = Drain()
+    app.add_middleware(DrainGate, drain=drain)  # before admission: a draining replica refuses first
     app.add_middleware(RequestIdMiddleware)  # outermost: the refusal carries x-request-id too
 
     def services_of(request: Request) -> Services:
         return request.app.state.services  # type: ignore[no-any-return]
+
+    def openapi() -> dict[str, Any]:
+        """The document for the configuration serving now: model and policy names are part of it."""
+        if app.openapi_schema is None:
+            services = getattr(app.state, "services", None)
+            current = services.config if services is not None else config
+            paths = FastAPI.openapi(app)["paths"]
+            for api in CLIENT_APIS:
+                paths[api.path]["post"]["requestBody"] = api_openapi(api, current)["requestBody"]
+            paths["/v1/route"]["post"]["requestBody"] = api_openapi(CHAT, current)["requestBody"]
+            paths["/admin/keys"]["post"]["requestBody"] = spec_body(current.catalogue, current.policies)["requestBody"]
+        return app.openapi_schema  # type: ignore[return-value]
+
+    def forget_openapi() -> None:
+        app.openapi_schema = None
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
@@ -237,8 +281,12 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
 
     def fast_route(api: ClientApi) -> ASGIApp:
         async def handler(scope: Scope, receive: Receive, send: Send) -> None:
-            request_id, send = assign_request_id(scope, send)
+            _, send = assign_request_id(scope, send)
             scope["state"]["api"] = api
+            await gate(scope, receive, send)  # refused while draining; counted in flight
+
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            request_id = scope["state"]["request_id"]
             services: Services = app.state.services
             try:
                 response = await pipeline.handle(Request(scope, receive), services, request_id, api)
@@ -248,11 +296,13 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
                 response = completion_crashed(services, request_id, api, scope["state"].get("model"))
             await response(scope, receive, send)
 
+        gate = DrainGate(answer, drain)
         return handler
 
     app.fast_routes = {("POST", api.path): admission.guard(fast_route(api)) for api in CLIENT_APIS}
 
-    @app.post("/v1/route")
+    @app.post("/v1/route", openapi_extra=api_openapi(CHAT, config),
+              responses=error_responses(400, 401, 403, 404, 413, 503))
     async def route(request: Request) -> JSONResponse:
         """The plan for a completion body, without calling any upstream: ranked candidates with the
         figures behind them, and every excluded endpoint with the reason."""
@@ -260,7 +310,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         assert ctx.plan is not None
         return JSONResponse(plan_json(ctx.plan))
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401, 503))
     async def models(request: Request) -> JSONResponse:
         """The models this key may use (every model in open mode)."""
         services = services_of(request)
@@ -275,29 +325,50 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         ]
         return JSONResponse({"object": "list", "data": data})
 
-    @app.get("/v1/endpoints")
-    async def endpoints(request: Request, window_s: int = 300) -> JSONResponse:
+    @app.get("/v1/endpoints", responses=error_responses(400))
+    async def endpoints(request: Request, window_s: WindowS = 300) -> JSONResponse:
         """Every endpoint of every model: catalogue facts and live stats over the last `window_s`."""
-        if window_s not in WINDOWS_S:
-            raise InvalidRequest(f"'window_s' must be one of {sorted(WINDOWS_S)}.", param="window_s")
+        window_s = window_of(window_s)
         services = services_of(request)
         telemetry = services.telemetry
         data = [endpoint_json(e, telemetry.stats(e.key, window_s))
                 for e in services.config.catalogue.endpoints()]
         return JSONResponse({"object": "list", "data": data})
 
-    @app.get("/metrics")
+    @app.get("/v1/endpoints/history", responses=error_responses(400))
+    async def endpoints_history(request: Request, window_s: WindowS = 1800) -> JSONResponse:
+        """Every endpoint's time series over the last `window_s`, one point per telemetry bucket
+        (`bucket_s`, 10 s) that has data, oldest first: requests, endpoint errors, output tokens and
+        the medians of TTFT, decode rate and end-to-end latency. What the live page draws on open."""
+        window_s = window_of(window_s)
+        services = services_of(request)
+        telemetry = services.telemetry
+        data = [history_json(e, telemetry.series(e.key, window_s)) for e in services.config.catalogue.endpoints()]
+        return JSONResponse({"object": "list", "window_s": window_s, "bucket_s": telemetry.bucket_s, "data": data})
+
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses=_text("text/plain", "Prometheus text exposition format"))
     async def metrics(request: Request) -> Response:
         return Response(services_of(request).metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/dashboard")
+    @app.get("/dashboard", response_class=HTMLResponse, responses=_text("text/html", "The live page"))
     async def dashboard() -> Response:
         return Response(dashboard_page, media_type=DASHBOARD_MEDIA_TYPE, headers={"cache-control": "no-cache"})
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses={503: {"description": "Draining after SIGTERM: send no more requests"}})
     async def healthz(request: Request) -> JSONResponse:
-        """Liveness, and which replica answered (`serve --workers N`: which worker)."""
-        return JSONResponse({"status": "ok", "replica": services_of(request).replica_id})
+        """Readiness, and which replica answered (`serve --workers N`: which worker): 200 while it takes
+        requests, 503 from SIGTERM on."""
+        replica = services_of(request).replica_id
+        if drain.draining:
+            return JSONResponse({"status": "draining", "replica": replica}, status_code=503,
+                                headers={"retry-after": "1"})
+        return JSONResponse({"status": "ok", "replica": replica})
+
+    @app.get("/livez")
+    async def livez() -> JSONResponse:
+        """Liveness: 200 while the process serves HTTP, draining included (do not restart it then)."""
+        return JSONResponse({"status": "ok"})
 
     return app
 

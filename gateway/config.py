@@ -148,6 +148,10 @@ class GatewayFile(_Frozen):
     limits_sync_s: float = Field(default=0.25, gt=0, le=10)  # how often replicas share usage for limits
     # Client API requests in flight in one process (a worker) before new ones get 503 `overloaded`.
     max_in_flight: int = Field(default=MAX_IN_FLIGHT, ge=1)
+    # SIGTERM: how long streams in flight may run on before they are ended with an error event, and
+    # how long to keep answering 503 even with nothing in flight (for load balancers still sending).
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+    shutdown_delay_s: float = Field(default=0.0, ge=0, le=300)
 
 
 class HealthFile(_Frozen):
@@ -259,6 +263,9 @@ class Config:
     admin_key: SecretStr | None = None  # ULTRAROUTE_ADMIN_KEY: unset, the admin API is off
     keys_file: Path = Path("keys.json")
     worker: int | None = None  # this process's index under `serve --workers N` (N > 1)
+    # Where it was read from, so that a reload (SIGHUP, POST /admin/reload) reads the same files.
+    catalogue_path: Path | None = None
+    policies_dir: Path | None = None
 
     @property
     def spend_file(self) -> Path:
@@ -394,4 +401,6 @@ def load_config(
         open_access=open_access or env.get("ULTRAROUTE_OPEN", "").lower() in ("1", "true", "yes"),
         admin_key=SecretStr(admin_key) if admin_key else None,
         keys_file=catalogue_path.parent / gateway.keys_file,
+        catalogue_path=catalogue_path,
+        policies_dir=policies_dir,
     )

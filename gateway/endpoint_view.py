@@ -1,6 +1,7 @@
-"""The public JSON view of an endpoint: catalogue facts plus live stats (`GET /v1/endpoints`).
+"""The public JSON views of an endpoint: catalogue facts plus live stats (`GET /v1/endpoints`), and
+its time series at the telemetry's bucket resolution (`GET /v1/endpoints/history`).
 
-Used by the endpoints route, the dashboard and the stats command. It never includes anything
+Used by the endpoints routes, the dashboard and the stats command. They never include anything
 secret: provider keys and extra headers stay out.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config import Endpoint
+from gateway.telemetry.sketch import Sketch
 from gateway.telemetry.stats import EndpointStats
+from gateway.telemetry.window import ENDPOINT_FAULTS, Bucket
 
 
 def endpoint_json(endpoint: Endpoint, stats: EndpointStats) -> dict[str, Any]:
@@ -34,3 +37,26 @@ def endpoint_json(endpoint: Endpoint, stats: EndpointStats) -> dict[str, Any]:
         "available": endpoint.available,
         "stats": stats.to_json(),
     }
+
+
+def _median(sketch: Sketch) -> float | None:
+    value = sketch.quantile(0.5)
+    return None if value is None else round(value, 2)
+
+
+def history_point(start: float, bucket: Bucket) -> dict[str, Any]:
+    """One bucket: when it starts (unix seconds), what was asked and answered, and its medians."""
+    return {
+        "t": start,
+        "requests": bucket.requests,
+        "errors": sum(bucket.count(o) for o in ENDPOINT_FAULTS),
+        "ttft_ms": _median(bucket.ttft_ms),
+        "decode_tps": _median(bucket.decode_tps),
+        "e2e_ms": _median(bucket.e2e_ms),
+        "output_tokens": bucket.tok_out,
+    }
+
+
+def history_json(endpoint: Endpoint, series: list[tuple[float, Bucket]]) -> dict[str, Any]:
+    return {"key": endpoint.key, "id": endpoint.id, "model": endpoint.model, "provider": endpoint.provider.name,
+            "tier": endpoint.tier.value, "points": [history_point(t, b) for t, b in series]}

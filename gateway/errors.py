@@ -8,7 +8,9 @@
     ├── RateLimited                   429     requests | tokens       yes  (rate_limit_exceeded, retry-after)
     │   └── BudgetExceeded            429     insufficient_quota      no   (budget_exceeded)
     ├── ServiceUnavailable            503     api_error               yes  (the key store cannot be reached)
-    │   └── Overloaded                503     server_error            yes  (code overloaded: past max_in_flight)
+    │   ├── Overloaded                503     server_error            yes  (code overloaded: past max_in_flight)
+    │   └── ShuttingDown              503     api_error               yes  (draining after SIGTERM; retry-after,
+    │                                                                       connection: close)
     ├── ModelNotFound                 404     invalid_request_error   no   (code model_not_found)
     ├── NoMatchingEndpoint            404     invalid_request_error   no   (code no_matching_endpoint)
     ├── KeyNotFound                   404     invalid_request_error   no   (admin API: code key_not_found)
@@ -150,6 +152,22 @@ class Overloaded(ServiceUnavailable):
 
     def headers(self) -> dict[str, str]:
         return {"retry-after": str(self.retry_after_s), "x-should-retry": "true"}
+class ShuttingDown(ServiceUnavailable):
+    """This replica is draining (SIGTERM): new requests go elsewhere; a stream still open when the
+    grace period ends is closed with this error as its last event. Another replica can serve it, so
+    the SDK may retry; `connection: close` makes the client's next request open a new connection,
+    which the load balancer sends to a replica that is staying."""
+
+    code = "shutting_down"
+    metric_label = "shutting_down"
+
+    def __init__(self, message: str = "This gateway replica is shutting down; retry on another.",
+                 retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s), "x-should-retry": "true", "connection": "close"}
 
 
 class ModelNotFound(GatewayError):

@@ -83,7 +83,7 @@ class _ScrapeTime(Collector):
 
     def __init__(self, endpoints: tuple[Endpoint, ...], in_flight: Callable[[str], int],
                  redis_errors: Callable[[], int]) -> None:
-        self._endpoints = endpoints
+        self.endpoints = endpoints
         self._in_flight = in_flight
         self._redis_errors = redis_errors
         self.extra_redis_errors = 0  # from Metrics.redis_error(): Redis users other than telemetry
@@ -99,7 +99,7 @@ class _ScrapeTime(Collector):
 
     def collect(self) -> Iterable[Metric]:
         in_flight, errors = self._families()
-        for e in self._endpoints:
+        for e in self.endpoints:
             in_flight.add_metric((e.model, e.id, e.tier.value), self._in_flight(e.key))
         errors.add_metric((), self._redis_errors() + self.extra_redis_errors)
         return in_flight, errors
@@ -179,6 +179,15 @@ class Metrics:
             tokens=tuple(self._tokens.labels(*labels, kind) for kind in TOKEN_KINDS),  # type: ignore[arg-type]
             cost=self._cost.labels(e.model, e.id, e.provider.name, e.tier.value),
         )
+
+    def catalogue_changed(self, catalogue: Catalogue) -> None:
+        """After a reload: series for new endpoints start at 0; in-flight gauges follow the catalogue.
+        Series of removed endpoints stay (their counters must not go back to nothing mid-scrape)."""
+        self._scrape.endpoints = catalogue.endpoints()
+        for e in catalogue.endpoints():
+            if self._tiers.get(e.key) != e.tier.value or e.key not in self._series:
+                self._tiers[e.key] = e.tier.value
+                self._series[e.key] = self._bind(e)
 
     # -- recording ------------------------------------------------------------------------------
     def attempt(self, endpoint: Endpoint, sample: AttemptSample) -> None:

@@ -34,6 +34,9 @@ HEADER_PREFIX = "x-ultraroute-"
 KNOWN_HEADERS = frozenset({"x-ultraroute-policy", "x-ultraroute-speed", "x-ultraroute-priority",
                            "x-ultraroute-metadata"})
 USAGE_FIELDS = frozenset({"include"})
+# OpenAI's message roles. Another role is refused here rather than by (or, worse, silently by) a provider.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_ROLES = frozenset(ROLES)
 # Model names are looked up, never used as addresses; these only bound the work a request can ask for.
 MAX_MODEL_NAME = 256
 MAX_FALLBACK_MODELS = 32
@@ -122,8 +125,10 @@ def _check_messages(messages: Any, max_messages: int) -> int:
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InvalidRequest(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
-        if not isinstance(message.get("role"), str):
-            raise InvalidRequest(f"'messages[{i}].role' must be a string.", param=f"messages[{i}].role")
+        role = message.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            what = "a string" if not isinstance(role, str) else f"one of {', '.join(ROLES)}; got '{role[:64]}'"
+            raise InvalidRequest(f"'messages[{i}].role' must be {what}.", param=f"messages[{i}].role")
         content = message.get("content")
         if isinstance(content, str):
             chars += len(content)

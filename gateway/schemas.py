@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway.parse import ROLES
+
 
 class ErrorObject(BaseModel):
     message: str
@@ -36,7 +38,7 @@ _STATUS_TEXT = {
     499: "The client closed the connection",
     500: "Internal error in the gateway",
     502: "Every candidate upstream failed, or one broke its stream",
-    503: "A dependency (the key store) cannot be reached",
+    503: "A dependency (the key store) cannot be reached, or this replica is shutting down (retry-after)",
     504: "The upstream did not answer in time",
 }
 
@@ -66,7 +68,7 @@ CHAT_REQUEST_SCHEMA: dict[str, Any] = {
     "properties": {
         "model": {"type": "string", "minLength": 1},
         "messages": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["role"], "properties": {"role": {"type": "string"}}}},
+            "type": "object", "required": ["role"], "properties": {"role": {"type": "string", "enum": list(ROLES)}}}},
         # null means "not set", as in OpenAI's own schema.
         "stream": {"type": ["boolean", "null"]},
         "max_tokens": {"type": ["integer", "null"], "minimum": 1},

@@ -2,7 +2,8 @@
 metrics, the access log, client access (keys, limits, spend) and stored Responses conversations.
 
 Built in the app's lifespan by `open_services()` and closed there; stages receive it as an
-argument. There are no module-level singletons.
+argument. There are no module-level singletons. A reload (`serve/reload.py`) builds a new one with
+`reconfigure()`: requests in flight keep the object they started with, new ones get the new one.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import os
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.access.gate import Access
 from gateway.access.keyring import KeyRing
 from gateway.access.ledger import Ledger
 from gateway.access.store import KeyStore, open_key_store
 from gateway.accesslog import AccessLog
+from gateway.capacity import Capacity
 from gateway.config import Config
 from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.health import BreakerSettings, HealthBoard
@@ -51,6 +53,48 @@ class Services:
     access: Access
     key_store: KeyStore
     sessions: Sessions  # stored Responses conversations
+    sharing: HealthSharing | None = None
+    prober: Prober | None = None
+
+
+def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore, health: HealthBoard,
+                metrics: Metrics, keyring: KeyRing | None, ledger: Ledger, capacity: Capacity | None,
+                budget: RetryBudget, lag: LoopLag | None) -> tuple[Router, Recorder, Dispatcher, Resolver, Access]:
+    """The parts built from the catalogue and policies: at start, and again at each reload."""
+    gw = config.gateway
+    router = Router(config.catalogue, telemetry, RouterSettings(explore_rate=gw.explore_rate,
+                                                                sticky_idle_s=gw.sticky_idle_s),
+                    rng=random.Random(gw.random_seed))
+    recorder = Recorder(telemetry, router, health, metrics, capacity)
+    limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
+                            ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
+                            deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)
+    dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, budget, lag)
+    dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
+    health.settings = BreakerSettings(failure_threshold=gw.breaker_failures, open_s=gw.breaker_open_s,
+                                      max_open_s=config.health.max_open_s)
+    return router, recorder, dispatcher, Resolver(config.policies), Access(keyring, ledger, config.catalogue)
+
+
+def reconfigure(old: Services, config: Config) -> tuple[Services, Upstreams]:
+    """The services for a reloaded `config`, sharing the old ones' lasting state: telemetry (stats
+    of endpoints that still exist are kept), health, metrics, keys and usage, the router's learning,
+    the pools of providers whose settings did not change. Returns them with the old pools no longer
+    used, which the caller closes once the requests still using them are done."""
+    upstreams, retired = old.upstreams.successor(config.catalogue.providers)
+    router, recorder, dispatcher, resolver, access = _configured(
+        config, upstreams, old.telemetry, old.health, old.metrics, old.access.keyring, old.access.ledger,
+        old.recorder.capacity, old.dispatcher.budget, old.dispatcher.lag)
+    router.carry_over(old.router)
+    old.dispatcher.budget.ratio = config.gateway.retry_budget
+    old.metrics.catalogue_changed(config.catalogue)
+    if old.sharing is not None:
+        old.sharing.endpoints = {e.key: e for e in config.catalogue.endpoints()}
+    if old.prober is not None:  # probes of open circuits go through the new pools, to today's endpoints
+        old.prober.endpoints, old.prober.dispatcher = config.catalogue.endpoints(), dispatcher
+    new = replace(old, config=config, upstreams=upstreams, router=router, resolver=resolver, recorder=recorder,
+                  dispatcher=dispatcher, access=access)
+    return new, retired
 
 
 @asynccontextmanager
@@ -58,34 +102,24 @@ async def open_services(
     config: Config, transport_factory: TransportFactory | None = None
 ) -> AsyncIterator[Services]:
     replica_id = f"{os.uname().nodename}-{os.getpid()}"
-    interval = config.gateway.telemetry_flush_s
+    gw = config.gateway
     telemetry = make_store(config.redis_url, replica_id=replica_id,
-                           key_prefix=f"{config.gateway.redis_key_prefix}:tel", flush_interval_s=interval,
-                           record=config.gateway.record_stats)
+                           key_prefix=f"{gw.redis_key_prefix}:tel", flush_interval_s=gw.telemetry_flush_s,
+                           record=gw.record_stats)
     upstreams = Upstreams(config.catalogue.providers, transport_factory)
-    settings = RouterSettings(explore_rate=config.gateway.explore_rate,
-                              sticky_idle_s=config.gateway.sticky_idle_s)
-    router = Router(config.catalogue, telemetry, settings, rng=random.Random(config.gateway.random_seed))
-    health = HealthBoard(BreakerSettings(failure_threshold=config.gateway.breaker_failures,
-                                         open_s=config.gateway.breaker_open_s,
+    health = HealthBoard(BreakerSettings(failure_threshold=gw.breaker_failures, open_s=gw.breaker_open_s,
                                          max_open_s=config.health.max_open_s))
     metrics = Metrics(config.catalogue, telemetry.in_flight, store_redis_errors(telemetry))
     health.on_change = metrics.circuit
-    recorder = Recorder(telemetry, router, health, metrics)
-    gw = config.gateway
-    limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
-                            ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
-                            deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)
     lag = LoopLag(on_sample=metrics.event_loop_lag)
-    dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, RetryBudget(gw.retry_budget), lag)
-    dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
     access_log = AccessLog()
     key_store = open_key_store(config.redis_url, gw.redis_key_prefix, config.keys_file)
     keyring = None if config.open_access else KeyRing(key_store, refresh_s=gw.keys_refresh_s)
     ledger = Ledger(config.redis_url, gw.redis_key_prefix, gw.limits_sync_s,
                     budgeted=lambda: keyring.by_id.values() if keyring is not None else (),
                     spend_file=config.spend_file)
-    access = Access(keyring, ledger, config.catalogue)
+    router, recorder, dispatcher, resolver, access = _configured(
+        config, upstreams, telemetry, health, metrics, keyring, ledger, None, RetryBudget(gw.retry_budget), lag)
     ledger.outage.on_error = metrics.redis_error  # counted in ultraroute_redis_errors_total
     if keyring is not None:
         keyring.outage.on_error = metrics.redis_error
@@ -114,7 +148,7 @@ async def open_services(
             upstreams=upstreams,
             telemetry=telemetry,
             router=router,
-            resolver=Resolver(config.policies),
+            resolver=resolver,
             recorder=recorder,
             health=health,
             dispatcher=dispatcher,
@@ -124,6 +158,8 @@ async def open_services(
             access=access,
             key_store=key_store,
             sessions=sessions,
+            sharing=sharing,
+            prober=prober,
         )
     finally:
         await lag.stop()

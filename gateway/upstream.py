@@ -152,12 +152,28 @@ class Upstreams:
     def __init__(
         self, providers: Mapping[str, Provider], transport_factory: TransportFactory | None = None
     ) -> None:
-        self._providers = providers
+        self._providers = dict(providers)
+        self._transport_factory = transport_factory
         self._urls = {name: URL(p.base_url.rstrip("/") + "/chat/completions") for name, p in providers.items()}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._test_clients: dict[str, httpx.AsyncClient] | None = None
         if transport_factory is not None:
             self._test_clients = {name: _test_client(p, transport_factory(p)) for name, p in providers.items()}
+
+    def successor(self, providers: Mapping[str, Provider]) -> tuple[Upstreams, Upstreams]:
+        """After a reload: the pools for `providers` (this one's, for providers whose settings did not
+        change; new ones for the rest), and the pools left over, to close once their streams are done."""
+        same = {n for n, p in providers.items() if self._providers.get(n) == p}
+        following = Upstreams({n: p for n, p in providers.items() if n not in same}, self._transport_factory)
+        following._providers = dict(providers)
+        following._urls.update((n, self._urls[n]) for n in same)
+        following._sessions.update((n, s) for n, s in self._sessions.items() if n in same)
+        if following._test_clients is not None and self._test_clients is not None:
+            following._test_clients.update((n, self._test_clients[n]) for n in same)
+        retired = Upstreams({})
+        retired._sessions = {n: s for n, s in self._sessions.items() if n not in same}
+        retired._test_clients = {n: c for n, c in (self._test_clients or {}).items() if n not in same}
+        return following, retired
 
     async def open(self, endpoint: Endpoint, body: bytes, path: str = "/chat/completions") -> UpstreamResponse:
         """Send the request (to `path` under the provider's base URL); return as soon as the status

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from pydantic import SecretStr
@@ -80,3 +82,19 @@ async def test_echoed_key_is_redacted_and_never_logged_over_real_sockets(
     assert KEY[:12] not in caplog.text
     assert all(KEY[:12] not in str(r.args) for r in caplog.records)
 
+
+
+def test_successor_keeps_the_pools_of_unchanged_providers_and_retires_the_rest() -> None:
+    same, changed, removed = (replace(provider("k"), name=n) for n in ("same", "changed", "removed"))
+    old = Upstreams({p.name: p for p in (same, changed, removed)},
+                    lambda p: httpx.MockTransport(lambda request: httpx.Response(200)))
+    new_changed = replace(changed, base_url="http://elsewhere.test/v1")
+    added = replace(provider(None), name="added")
+    following, retired = old.successor({"same": same, "changed": new_changed, "added": added})
+    assert old._test_clients is not None and following._test_clients is not None
+    assert following._test_clients["same"] is old._test_clients["same"]  # streams and connections carry on
+    assert following._test_clients["changed"] is not old._test_clients["changed"]
+    assert str(following._test_clients["changed"].base_url).startswith("http://elsewhere.test")
+    assert set(following._test_clients) == {"same", "changed", "added"}
+    assert retired._test_clients is not None and set(retired._test_clients) == {"changed", "removed"}
+    assert str(following._urls["changed"]).startswith("http://elsewhere.test")

@@ -5,6 +5,8 @@
     GET    /admin/keys/{key_id}        -> one key
     POST   /admin/keys/{key_id}/revoke -> the key, revoked (kept, so its spend stays readable)
     GET    /admin/keys/{key_id}/spend  -> spend this period, against the budget
+    POST   /admin/reload               -> re-read the catalogue and policies (as SIGHUP does); 400 with
+                                          the file-and-key message if invalid (the old one keeps serving)
 
 Every route wants `Authorization: Bearer <ULTRAROUTE_ADMIN_KEY>`; without that variable the API is
 off (403). Bodies are read and validated here, so errors come back in OpenAI's shape like every
@@ -35,9 +37,10 @@ from gateway.access.manage import (
     view,
 )
 from gateway.access.store import KeyStoreError
-from gateway.config import Catalogue
+from gateway.config import Catalogue, ConfigError
 from gateway.errors import (
     AuthenticationFailed,
+    InvalidRequest,
     KeyNotFound,
     PermissionDenied,
     ServiceUnavailable,
@@ -94,13 +97,17 @@ def spec_schema(catalogue: Catalogue, policies: PolicySet) -> dict[str, Any]:
     return schema
 
 
+def spec_body(catalogue: Catalogue, policies: PolicySet) -> dict[str, Any]:
+    """`POST /admin/keys`'s request body in the OpenAPI document."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": spec_schema(catalogue, policies)}}}}
+
+
 def admin_router(catalogue: Catalogue, policies: PolicySet) -> APIRouter:
     router = APIRouter(prefix="/admin", tags=["admin"])
     auth_errors = error_responses(401, 403)
-    spec_body = {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": spec_schema(catalogue, policies)}}}}
 
-    @router.post("/keys", status_code=201, response_model=KeyCreated, openapi_extra=spec_body,
+    @router.post("/keys", status_code=201, response_model=KeyCreated, openapi_extra=spec_body(catalogue, policies),
                  responses=error_responses(400, 401, 403, 413, 503))
     async def create(request: Request, credentials: Credentials) -> JSONResponse:
         services = _services(request)
@@ -168,5 +175,17 @@ def admin_router(catalogue: Catalogue, policies: PolicySet) -> APIRouter:
         now = time.time()
         spent = await services.access.ledger.read_spend(key, now)
         return JSONResponse(spend_view(key, spent, now).model_dump(mode="json"))
+
+    @router.post("/reload", responses={
+        200: {"description": "The new configuration serves new requests; what changed"},
+        **error_responses(400), **auth_errors})
+    async def reload(request: Request, credentials: Credentials) -> JSONResponse:
+        """Re-read the catalogue and policies, as SIGHUP does."""
+        _check_admin(_services(request), credentials)
+        try:
+            done = await request.app.state.reloader.reload("POST /admin/reload")
+        except ConfigError as err:
+            raise InvalidRequest(str(err), code="invalid_configuration") from None
+        return JSONResponse(done.to_json())
 
     return router

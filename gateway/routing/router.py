@@ -90,6 +90,11 @@ class Router:
         self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
         self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
 
+    def carry_over(self, old: Router) -> None:
+        """After a reload: keep what `old` learnt (load models, conversations' endpoints), by endpoint key."""
+        self.sessions = old.sessions
+        self._load = old._load
+
     # -- learning from what happened -----------------------------------------------------------
     def observe(self, sample: AttemptSample, session_key: str | None = None) -> None:
         if sample.decode_tps is not None:

@@ -1,1 +1,10 @@
-"""Running the gateway as a server: worker processes, overload control, the event loop's lag."""
+"""Running the gateway as a server: worker processes, overload control, the event loop's lag, and
+the process's signals and life cycle.
+
+    workers.py   `serve --workers N`: a supervisor that forwards SIGTERM/SIGHUP to each worker
+    overload.py  admission: 503 `overloaded` past `gateway.max_in_flight`
+    lag.py       the event loop's lag, measured and kept out of the providers' budgets
+    server.py    uvicorn with the gateway's signal handling (SIGTERM/SIGINT drain, SIGHUP reloads)
+    drain.py     zero-downtime shutdown: refuse new requests, let streams finish, then exit
+    reload.py    a new catalogue and policies for new requests while streams finish on the old ones
+"""

@@ -82,15 +82,12 @@ def load(options: ServeOptions, worker: int | None = None) -> Config:
 
 
 def run_server(config: Config, options: ServeOptions, sockets: list[socket.socket] | None = None) -> None:
-    """The gateway's app under uvicorn, in this process, until SIGTERM/SIGINT."""
-    import uvicorn
-
+    """The gateway's app under uvicorn, in this process, until SIGTERM/SIGINT (drained: `server.py`)."""
     from gateway.app import create_app
+    from gateway.serve.server import serve as run
 
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(config), host=options.host, port=options.port, loop="uvloop", http="httptools",
-        access_log=False, log_level=options.log_level, lifespan="on", backlog=BACKLOG))
-    server.run(sockets=sockets)
+    run(create_app(config), host=options.host, port=options.port, log_level=options.log_level, sockets=sockets,
+        backlog=BACKLOG)
 
 
 def serve(options: ServeOptions, workers: int, config: Config) -> int:

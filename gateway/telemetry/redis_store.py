@@ -55,7 +55,7 @@ from gateway.telemetry.redis_wire import (
 )
 from gateway.telemetry.sample import AttemptSample
 from gateway.telemetry.store import DEFAULT_CACHE_TTL_S, DEFAULT_EWMA_ALPHA, Clock, StoreBase
-from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, Bucket
+from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, Bucket, EndpointWindows
 
 logger = logging.getLogger("ultraroute.telemetry")
 
@@ -160,11 +160,7 @@ class RedisStore(StoreBase):
         w = self._clamp(window_s)
         out: Bucket | None = None
         newest = self._view.known.get(key)
-        sources = [self._view.windows.get(key), self._pending.get(key)]
-        sources += [sent.batch.get(key) for sent in self._unacked]
-        for src in sources:
-            if src is None:
-                continue
+        for src in self._sources(key):
             b = src.aggregate(now, w)
             if out is None:
                 out = b
@@ -173,6 +169,11 @@ class RedisStore(StoreBase):
             if src.newest is not None and (newest is None or src.newest > newest):
                 newest = src.newest
         return (out if out is not None else Bucket()), newest, w
+
+    def _sources(self, key: str) -> list[EndpointWindows]:
+        sources = [self._view.windows.get(key), self._pending.get(key)]
+        sources += [sent.batch.get(key) for sent in self._unacked]
+        return [s for s in sources if s is not None]
 
     def _remote_in_flight(self, key: str) -> int:
         return self._view.others_in_flight.get(key, 0)

@@ -45,6 +45,8 @@ EWMA_INVALIDATE_FRACTION = 0.25
 class TelemetryStore(Protocol):
     """What the gateway needs from telemetry. All sync methods are O(1)-ish and never do I/O."""
 
+    bucket_s: float  # the resolution of the windows (and of `series`)
+
     def record(self, sample: AttemptSample) -> None: ...
 
     def begin(self, endpoint_key: str) -> int: ...
@@ -56,6 +58,8 @@ class TelemetryStore(Protocol):
     def stats(self, endpoint_key: str, window_s: float = 300) -> EndpointStats: ...
 
     def keys(self) -> list[str]: ...
+
+    def series(self, endpoint_key: str, window_s: float = 1800) -> list[tuple[float, Bucket]]: ...
 
     async def start(self) -> None: ...
 
@@ -210,6 +214,21 @@ class StoreBase(ABC):
     def keys(self) -> list[str]:
         return sorted(self._known_keys())
 
+    def series(self, endpoint_key: str, window_s: float = 1800) -> list[tuple[float, Bucket]]:
+        """One endpoint's buckets over the last `window_s`, oldest first: (bucket start, its data).
+        For history views (not the request path): it thaws and merges every bucket it returns."""
+        now = self.clock()
+        first = int((now - self._clamp(window_s)) // self.bucket_s)
+        merged: dict[int, Bucket] = {}
+        for windows in self._sources(endpoint_key):
+            for idx, bucket in windows.items():
+                if idx >= first:
+                    if idx in merged:
+                        merged[idx].merge(bucket)
+                    else:
+                        merged[idx] = bucket.copy()
+        return [(idx * self.bucket_s, merged[idx]) for idx in sorted(merged)]
+
     # -- maintenance ----------------------------------------------------------------------------
     def _sweep(self, now: float) -> None:
         """Once per bucket: drop old buckets and idle endpoints, empty the stats cache."""
@@ -240,6 +259,10 @@ class StoreBase(ABC):
     @abstractmethod
     def _data_keys(self) -> set[str]:
         """Endpoints that still have window data."""
+
+    @abstractmethod
+    def _sources(self, key: str) -> list[EndpointWindows]:
+        """Every set of windows holding data of this endpoint (merged by `series`)."""
 
     def _known_keys(self) -> set[str]:
         return self._data_keys() | set(self._local)
@@ -285,6 +308,10 @@ class MemoryStore(StoreBase):
 
     def _data_keys(self) -> set[str]:
         return set(self._windows)
+
+    def _sources(self, key: str) -> list[EndpointWindows]:
+        w = self._windows.get(key)
+        return [] if w is None else [w]
 
     def windows(self, endpoint_key: str) -> EndpointWindows | None:
         """The raw windows of one endpoint (for tests and diagnostics)."""

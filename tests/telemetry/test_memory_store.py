@@ -130,3 +130,19 @@ async def test_make_store_and_protocol() -> None:
     assert isinstance(make_store("", replica_id="r1"), MemoryStore)
     red = make_store("redis://127.0.0.1:1/0", replica_id="r1")
     assert isinstance(red, RedisStore) and isinstance(red, TelemetryStore)
+
+
+def test_series_gives_each_bucket_in_the_window_oldest_first(clock: FakeClock, make_sample: SampleFactory) -> None:
+    store = MemoryStore(clock=clock)
+    start = clock.now
+    for i in range(40):  # one sample every 5 s for 200 s: two per 10 s bucket
+        store.record(make_sample(at=start + 5 * i, e2e_ms=0.0, decode_tps=100.0 + i))
+    clock.advance(200)
+    series = store.series(KEY, 60)
+    assert [t for t, _ in series] == sorted(t for t, _ in series)
+    assert all(t % 10 == 0 for t, _ in series) and clock.now - series[0][0] <= 70
+    assert [b.requests for _, b in series] == [2] * len(series) and len(series) == 6
+    assert sum(b.requests for _, b in store.series(KEY, 1800)) == 40
+    assert store.series("never/seen") == []
+    series[0][1].merge(series[1][1])  # a copy: changing it changes nothing in the store
+    assert store.series(KEY, 60)[0][1].requests == 2
