@@ -24,7 +24,7 @@ from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
 
 FAST = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 4}
-SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 10, "output_tokens": 60, "tick_ms": 100}
+SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 10, "output_tokens": 150, "tick_ms": 100}
 USER = [{"role": "user", "content": "Hello"}]
 ADMIN_KEY = "admin-" + "r" * 30
 http = httpx.Client(timeout=60)  # generous: the machine may be busy, and no assertion here is about time
@@ -99,7 +99,7 @@ def test_sighup_reloads_without_failing_a_stream_and_refuses_an_invalid_file(sim
         assert _served_by(gw, "m") == "a"
 
         # A valid file, while a stream on the endpoint it removes is in flight.
-        async def scenario() -> tuple[list[str], str, str | None]:
+        async def scenario() -> tuple[list[str], str, str | None, float, float]:
             client = openai.AsyncOpenAI(base_url=gw.base_url, api_key="unused", max_retries=0)
             stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
             pieces, finish = [], None
@@ -111,18 +111,18 @@ def test_sighup_reloads_without_failing_a_stream_and_refuses_an_invalid_file(sim
                     gw.config.write_text(yaml.safe_dump(_second(sim)))
                     _sighup(gw)
                     await asyncio.to_thread(_wait_log, gw, "configuration reloaded")
+                    reloaded = time.monotonic()
                     after = await asyncio.to_thread(_served_by, gw, "m")
-            return pieces, after, finish
+            return pieces, after, finish, reloaded, time.monotonic()
 
-        pieces, after, finish = asyncio.run(scenario())
+        pieces, after, finish, reloaded, ended = asyncio.run(scenario())
         assert after == "b"  # the next request after the reload: the new endpoint
-        assert finish == "stop" and len("".join(pieces).split()) >= 58, pieces  # the old stream, whole
+        assert finish == "stop" and len("".join(pieces).split()) >= 148, pieces  # the old stream, whole
         stats = _endpoint_stats(gw)
         logs = gw.logs()
     assert stats["k/c"] >= 3 and stats["m/b"] == 1 and "m/a" not in stats, stats  # k's stats were kept
     assert "endpoints added: m/b; removed: m/a" in logs
-    # The stream's access-log line (its end) comes after the reload: it was in flight across it.
-    assert logs.rfind('"endpoint":"a"') > logs.find("configuration reloaded"), logs[-3000:]
+    assert ended - reloaded > 1.0  # the old stream was still delivering well after the reload
     assert "Traceback" not in logs, logs[-3000:]
 
 
