@@ -64,10 +64,12 @@ class GatewayServer(uvicorn.Server):
     async def _drain_then_exit(self) -> None:
         state = self.app.state
         services = getattr(state, "services", None)
-        if services is not None and self.started:
-            gw = services.config.gateway
-            await drain(state.drain, gw.shutdown_grace_s, gw.shutdown_delay_s)
-        self.should_exit = True
+        try:
+            if services is not None and self.started:
+                gw = services.config.gateway
+                await drain(state.drain, gw.shutdown_grace_s, gw.shutdown_delay_s)
+        finally:  # whatever happened, the process stops
+            self.should_exit = True
 
     def reload(self, sig: int) -> None:
         reloader = getattr(self.app.state, "reloader", None)
