@@ -23,6 +23,11 @@ PROMPT_SCHEMA: dict[str, Any] = {"anyOf": [
     {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": {"type": "integer"}}}]}
 
 
+def _token(t: Any) -> bool:
+    """A token id as JSON Schema's `integer` has it: 7 and 7.0 both (never a boolean)."""
+    return type(t) is int or (type(t) is float and t.is_integer())
+
+
 def prompt_chars(prompt: Any, param: str) -> int:
     """Characters of a `prompt` (or embeddings `input`): a string, strings, or token id arrays."""
     if isinstance(prompt, str):
@@ -30,9 +35,9 @@ def prompt_chars(prompt: Any, param: str) -> int:
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) for p in prompt):
             return sum(len(p) for p in prompt)
-        if all(type(t) is int for t in prompt):
+        if all(_token(t) for t in prompt):
             return 4 * len(prompt)
-        if all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt):
+        if all(isinstance(p, list) and p and all(_token(t) for t in p) for p in prompt):
             return 4 * sum(len(p) for p in prompt)
     raise InvalidRequest(f"'{param}' must be a string, an array of strings, or token arrays.", param=param)
 
