@@ -27,6 +27,10 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
             "ttft_ms": _round(f.ttft_ms),
             "cost_usd": None if f.cost_usd is None else round(f.cost_usd, 8),
             "in_flight": f.in_flight,
+            "load": f.load,  # in flight with this request added: what the figures were predicted at
+            "e2e_s": _round(f.e2e_s, 3),
+            "marginal_s": _round(f.marginal_s, 3),  # time this request would add to the others
+            "capacity": f.capacity,
             "samples": f.samples,
             "source": f.source,
         },

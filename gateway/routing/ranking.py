@@ -3,7 +3,8 @@
 All functions are pure: candidates and figures in, a new order out. The steps, in the order the
 router applies them:
 
-1. `rank()`: by tier group, then by the sort key (throughput: predicted decode rate, highest first;
+1. `rank()`: by tier group, then by the sort key (throughput: predicted end-to-end time of this
+   request at the load it would join, plus the time it adds to the others, lowest first (speed.py);
    latency: TTFT, lowest first; price: estimated cost of this request, lowest first).
 2. `spill_premium()`: a fast or ultrafast endpoint that is at capacity, or predicted slower than the
    best endpoint of the next tier down, moves behind that tier ("capacity" / "slower"): paying for
@@ -32,8 +33,8 @@ PREMIUM = frozenset({Tier.FAST, Tier.ULTRAFAST})
 
 def sort_value(sort: Sort | None, figures: Figures) -> float:
     """Smaller is better; unknown figures sort last."""
-    if sort is Sort.THROUGHPUT:
-        return -figures.decode_tps if figures.decode_tps else math.inf
+    if sort is Sort.THROUGHPUT:  # the predicted time of this request plus what it adds to others
+        return figures.score_s
     if sort is Sort.LATENCY:
         return figures.ttft_ms if figures.ttft_ms is not None else math.inf
     return figures.cost_usd if figures.cost_usd is not None else math.inf

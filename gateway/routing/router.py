@@ -5,10 +5,13 @@ Per model asked for (the model, then `models` fallbacks, in order):
     hard filters -> tier groups -> figures -> rank -> spill premium -> soft thresholds -> order
     (cached per (model, preferences, request shape): filters forever, the ranking for 250 ms)
 
-then, per request, with live in-flight counts: re-predict the head of the first tier group and pick
-among near-equal candidates by power of two choices on load; a conversation sticks to the endpoint
-that served its last turn; now and then an endpoint whose stats have gone stale is explored so that
-recoveries are noticed. Without a sort, the first pick is random, weighted toward the cheaper.
+then, per request, with live in-flight counts: re-predict the head of each tier group at the load
+it would have with this request added (speed.py) and pick the best -- for `sort: throughput` the
+least predicted time for this request plus what it adds to the requests already there, a premium
+tier preferred while it is not slower, an endpoint at its concurrency limit never -- breaking near
+ties by power of two choices on load; a conversation sticks to the endpoint that served its last
+turn; now and then an endpoint whose stats have gone stale is explored so that recoveries are
+noticed. Without a sort, the first pick is random, weighted toward the cheaper.
 
 State here is local to this replica: load models, session affinity, caches. Reads of telemetry go
 through the store's cached view; nothing here does I/O.
@@ -25,16 +28,18 @@ from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences, Spill
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import Sort
-from gateway.routing.figures import Figures, LoadModel, figures_for
+from gateway.routing.figures import Figures, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
+from gateway.routing.speed import SpeedModel, predict
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
-from gateway.telemetry.sample import AttemptSample
+from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
 STATS_WINDOW_S = 300
+CURVE_WINDOW_S = 60  # the shared speed-vs-load fit: every replica's samples of the last minute
 _MAX_CACHE = 4096
 
 
@@ -45,7 +50,8 @@ class RouterSettings:
     stale_after_s: float = 10.0  # an endpoint with no sample for this long is worth exploring
     sticky_idle_s: float = 600.0
     ranking_ttl_s: float = 0.25
-    head_size: int = 4  # how many leading candidates are re-predicted with live load per request
+    head_size: int = 4  # leading candidates per tier group re-predicted with live load per request
+    live_max: int = 8  # ... and at most this many in all
     near_equal: float = 0.10  # within 10% of the best counts as equal for power of two choices
 
 
@@ -69,6 +75,9 @@ class _Ranked:
     candidates: tuple[Candidate, ...]
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
+    live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
+    # endpoint key -> (ranking stats, curve stats, output tokens expected)
+    curves: dict[str, tuple[EndpointStats, EndpointStats, int]]
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
     stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
     by_key: dict[str, Candidate]
@@ -86,7 +95,7 @@ class Router:
         self.sessions = SessionAffinity(self.settings.sticky_idle_s, clock)
         self._rng = rng or random.Random()
         self._clock = clock
-        self._load: dict[str, LoadModel] = {}
+        self._speed: dict[str, SpeedModel] = {}
         self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
         self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
 
@@ -97,11 +106,14 @@ class Router:
 
     # -- learning from what happened -----------------------------------------------------------
     def observe(self, sample: AttemptSample, session_key: str | None = None) -> None:
-        if sample.decode_tps is not None:
-            model = self._load.get(sample.endpoint_key)
+        if sample.decode_tps is not None or sample.ttft_s is not None or sample.outcome == Outcome.RATE_LIMITED:
+            model = self._speed.get(sample.endpoint_key)
             if model is None:
-                model = self._load[sample.endpoint_key] = LoadModel()
-            model.observe(sample.in_flight_at_start, sample.decode_tps, self._clock())
+                model = self._speed[sample.endpoint_key] = SpeedModel()
+            if sample.outcome == Outcome.RATE_LIMITED:
+                model.rate_limited(sample.in_flight_at_start, self._clock())
+            else:
+                model.observe(sample.in_flight_at_start, sample.decode_tps, sample.ttft_s, self._clock())
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key)
 
@@ -172,11 +184,18 @@ class Router:
         static = self._static[key] = _Static(tuple(eligible), tuple(excluded))
         return static
 
+    def speed_model(self, endpoint_key: str) -> SpeedModel | None:
+        return self._speed.get(endpoint_key)
+
+    def _capacity(self, endpoint_key: str) -> int | None:
+        model = self._speed.get(endpoint_key)
+        return None if model is None else model.capacity(self._clock())
+
     def _candidate(self, endpoint: Endpoint, tier_rank: int, shape: RequestShape,
-                   stats: EndpointStats) -> Candidate:
+                   stats: EndpointStats, curve: EndpointStats) -> Candidate:
         in_flight = self.telemetry.in_flight(endpoint.key)
-        figures = figures_for(endpoint, stats, self._load.get(endpoint.key), in_flight,
-                              shape.prompt_tokens, shape.max_tokens)
+        figures = figures_for(endpoint, stats, self._speed.get(endpoint.key), in_flight,
+                              shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key), curve)
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
@@ -187,16 +206,26 @@ class Router:
         if hit is not None and now < hit.expires:
             return hit
         stats: dict[str, EndpointStats] = {}
+        curves: dict[str, tuple[EndpointStats, EndpointStats, int]] = {}
         candidates = []
         for endpoint, tier_rank in static.eligible:
             stats[endpoint.key] = s = self.telemetry.stats(endpoint.key, STATS_WINDOW_S)
-            candidates.append(self._candidate(endpoint, tier_rank, shape, s))
+            curve = self.telemetry.stats(endpoint.key, CURVE_WINDOW_S)
+            curves[endpoint.key] = (s, curve, output_tokens(shape.max_tokens, s))
+            candidates.append(self._candidate(endpoint, tier_rank, shape, s, curve))
         ordered = rank(candidates, prefs.sort)
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
         ordered = prefer_order(ordered, prefs.order)
         lead_rank = ordered[0].tier_rank
         group = [c for c in ordered if c.tier_rank == lead_rank]
+        live: list[Candidate] = []
+        per_group: dict[int, int] = {}
+        for c in ordered:
+            if len(live) < self.settings.live_max and per_group.get(c.tier_rank, 0) < self.settings.head_size \
+                    and not c.notes[1:] and c.notes in ((), ("slower",), ("capacity",)):
+                per_group[c.tier_rank] = per_group.get(c.tier_rank, 0) + 1
+                live.append(c)
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
@@ -205,8 +234,11 @@ class Router:
             candidates=tuple(ordered),
             spills=tuple(spills),
             lead=tuple(c for c in group if not c.notes),
+            live=tuple(live),
+            curves=curves,
             cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=tuple(c for c in group if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
+            stale=tuple(c for c in (live if prefs.sort is Sort.THROUGHPUT else group)
+                        if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
             by_key={c.endpoint.key: c for c in ordered},
             index={c.endpoint.key: i for i, c in enumerate(ordered)},
             cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
@@ -225,28 +257,47 @@ class Router:
             explored = self._explore(ranked, default)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
+        if prefs.sort is Sort.THROUGHPUT and ranked.live:
+            return self._fastest_now(ranked)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
         if prefs.sort is None:
             return self._cheap_weighted(ranked.lead)
         return self._best_of_head(ranked.lead[: self.settings.head_size], prefs.sort)
 
-    def _live(self, c: Candidate) -> tuple[float | None, int]:
-        """Predicted decode rate and in-flight count as of now: the ranking is up to 250 ms old."""
-        in_flight = self.telemetry.in_flight(c.endpoint.key)
-        load = self._load.get(c.endpoint.key)
-        tps = load.predict(in_flight) if load is not None and load.weight >= 1.0 else c.figures.decode_tps
-        return tps, in_flight
+    def _fastest_now(self, ranked: _Ranked) -> Candidate:
+        """Throughput: re-predict the live candidates at their load as of now (the ranking is up to
+        250 ms old) and take the least predicted time plus marginal cost; within `near_equal` of it
+        the lowest tier rank (a premium tier asked for while it is not slower), then the less loaded
+        of two. If every one is at its limit, the cached order's first."""
+        scored = []
+        for c in ranked.live:
+            key = c.endpoint.key
+            stats, curve, n = ranked.curves[key]
+            in_flight = self.telemetry.in_flight(key)
+            p = predict(c.endpoint, self._speed.get(key), curve.fit_tps, curve.fit_ttft, in_flight, n,
+                        stats.error_rate, self._capacity(key))
+            scored.append((p.score_s, c.tier_rank, in_flight, p, c))
+        best = min(s[0] for s in scored)
+        if best == float("inf"):
+            return ranked.candidates[0]
+        limit = best * (1.0 + self.settings.near_equal)
+        near = [s for s in scored if s[0] <= limit]
+        top_rank = min(s[1] for s in near)
+        near = [s for s in near if s[1] == top_rank]
+        pick = min(near, key=lambda s: s[0])
+        if len(near) >= 2:
+            a, b = self._rng.sample(near, 2)  # power of two choices: the less loaded of two
+            pick = a if a[2] <= b[2] else b
+        c = pick[4]
+        return Candidate(c.endpoint, with_prediction(c.figures, pick[3]), c.tier_rank, c.notes)
 
     def _best_of_head(self, head: tuple[Candidate, ...], sort: Sort) -> Candidate:
         scored = []
         for c in head:
-            tps, in_flight = self._live(c)
+            in_flight = self.telemetry.in_flight(c.endpoint.key)
             f = c.figures
-            if sort is Sort.THROUGHPUT:
-                f = Figures(tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
-            else:
-                f = Figures(f.decode_tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
+            f = Figures(f.decode_tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
             scored.append((sort_value(sort, f), in_flight, f, c))
         scored.sort(key=lambda s: s[0])
         best = scored[0][0]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.telemetry.fit import LoadFit
+
 QUANTILES: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
@@ -65,7 +67,8 @@ class EndpointStats:
     every attempt that measured them; `e2e_ms` only from successful attempts. `in_flight` is the
     count when the stats were computed (use `store.in_flight()` for the live value). `age_s` is the
     time since the newest sample of this endpoint (None if none is known). The EWMAs are local to
-    this replica and react within a few samples.
+    this replica and react within a few samples. `fit_tps`/`fit_ttft` are the window's speed-vs-load
+    sums (fit.py); treat them as read-only.
     """
 
     window_s: float
@@ -87,6 +90,9 @@ class EndpointStats:
     cost_usd: float = 0.0
     cancelled: int = 0
     client_errors: int = 0
+    # Speed against load over the window, all replicas (fit.py): 1/decode rate and TTFT (s).
+    fit_tps: LoadFit | None = None
+    fit_ttft: LoadFit | None = None
 
     def to_json(self) -> dict[str, Any]:
         def pct(p: Percentiles | None) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ import marshal
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 
+from gateway.telemetry.fit import LoadFit
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.sketch import Sketch
 from gateway.telemetry.stats import QUANTILES, EndpointStats, Percentiles, TokenTotals
@@ -49,8 +50,8 @@ def sample_time(sample: AttemptSample) -> float:
 class Bucket:
     """Everything recorded for one endpoint in one time bucket. Additive, so mergeable exactly."""
 
-    __slots__ = ("cost", "decode_tps", "e2e_ms", "n", "newest", "tok_cached", "tok_in", "tok_out",
-                 "tok_reasoning", "ttfat_ms", "ttft_ms")
+    __slots__ = ("cost", "decode_tps", "e2e_ms", "fit_tps", "fit_ttft", "n", "newest", "tok_cached", "tok_in",
+                 "tok_out", "tok_reasoning", "ttfat_ms", "ttft_ms")
 
     def __init__(self) -> None:
         self.n: dict[str, int] = {}  # outcome value -> attempts
@@ -63,6 +64,9 @@ class Bucket:
         self.ttfat_ms = Sketch()
         self.decode_tps = Sketch()
         self.e2e_ms = Sketch()
+        # Speed against load (fit.py): 1/decode rate and TTFT (s) against in-flight at start.
+        self.fit_tps = LoadFit()
+        self.fit_ttft = LoadFit()
         self.newest: float | None = None  # newest sample time (not stored in Redis fields)
 
     # -- building ------------------------------------------------------------------------------
@@ -83,6 +87,10 @@ class Bucket:
             self.ttfat_ms.add(s.ttfat_s * 1000.0)
         if s.decode_tps is not None:
             self.decode_tps.add(s.decode_tps)
+            if s.decode_tps > 0:
+                self.fit_tps.add(s.in_flight_at_start, 1.0 / s.decode_tps)
+        if s.ttft_s is not None:
+            self.fit_ttft.add(s.in_flight_at_start, s.ttft_s)
         if o == _OK:
             self.e2e_ms.add(s.e2e_s * 1000.0)
         if self.newest is None or t > self.newest:
@@ -101,6 +109,8 @@ class Bucket:
         self.ttfat_ms.merge(other.ttfat_ms)
         self.decode_tps.merge(other.decode_tps)
         self.e2e_ms.merge(other.e2e_ms)
+        self.fit_tps.merge(other.fit_tps)
+        self.fit_ttft.merge(other.fit_ttft)
         if other.newest is not None and (self.newest is None or other.newest > self.newest):
             self.newest = other.newest
 
@@ -124,6 +134,8 @@ class Bucket:
         self.ttfat_ms.subtract(other.ttfat_ms)
         self.decode_tps.subtract(other.decode_tps)
         self.e2e_ms.subtract(other.e2e_ms)
+        self.fit_tps.subtract(other.fit_tps)
+        self.fit_ttft.subtract(other.fit_ttft)
 
     def copy(self) -> Bucket:
         b = Bucket()
@@ -135,6 +147,8 @@ class Bucket:
         b.ttfat_ms = self.ttfat_ms.copy()
         b.decode_tps = self.decode_tps.copy()
         b.e2e_ms = self.e2e_ms.copy()
+        b.fit_tps = self.fit_tps.copy()
+        b.fit_ttft = self.fit_ttft.copy()
         b.newest = self.newest
         return b
 
@@ -144,13 +158,13 @@ class Bucket:
             tuple((str(o), c) for o, c in self.n.items()),  # str(): plain keys, not Outcome members
             self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning, self.cost, self.newest,
             self.ttft_ms.to_state(), self.ttfat_ms.to_state(), self.decode_tps.to_state(),
-            self.e2e_ms.to_state(),
+            self.e2e_ms.to_state(), self.fit_tps.state(), self.fit_ttft.state(),
         )), 1)
 
     @classmethod
     def thaw(cls, blob: bytes) -> Bucket:
-        (n, b_in, b_cached, b_out, b_reasoning, cost, newest, ttft, ttfat, tps, e2e) = marshal.loads(
-            zlib.decompress(blob))
+        (n, b_in, b_cached, b_out, b_reasoning, cost, newest, ttft, ttfat, tps, e2e, fit_tps,
+         fit_ttft) = marshal.loads(zlib.decompress(blob))
         b = cls()
         b.n = dict(n)
         b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = b_in, b_cached, b_out, b_reasoning
@@ -159,6 +173,8 @@ class Bucket:
         b.ttfat_ms = Sketch.from_state(ttfat)
         b.decode_tps = Sketch.from_state(tps)
         b.e2e_ms = Sketch.from_state(e2e)
+        b.fit_tps = LoadFit(*fit_tps)
+        b.fit_ttft = LoadFit(*fit_ttft)
         return b
 
     # -- reading --------------------------------------------------------------------------------
@@ -182,7 +198,8 @@ class Bucket:
     def to_fields(self) -> dict[str, int | float]:
         """Additive hash fields (ints for HINCRBY, floats for HINCRBYFLOAT); zeros are left out.
 
-        Layout: `n:<outcome>`, `tok:in|cin|out|rsn`, `cost`, `s:<metric>:<bin>`, `sum:<metric>`.
+        Layout: `n:<outcome>`, `tok:in|cin|out|rsn`, `cost`, `s:<metric>:<bin>`, `sum:<metric>`,
+        `f:tps|ttft:<sum>` (fit.py).
         """
         out: dict[str, int | float] = {f"n:{o}": c for o, c in self.n.items() if c}
         for short, attr in _TOKEN_FIELDS.items():
@@ -193,6 +210,8 @@ class Bucket:
             out["cost"] = float(self.cost)
         for name in METRICS:
             out.update(getattr(self, name).to_fields(name))
+        out.update(self.fit_tps.fields("tps"))
+        out.update(self.fit_ttft.fields("ttft"))
         return out
 
     @classmethod
@@ -216,6 +235,10 @@ class Bucket:
                     setattr(b, attr, getattr(b, attr) + int(v))
             elif head == "cost":
                 b.cost += float(v)
+            elif head == "f":
+                fit, _, total = rest.partition(":")
+                if fit in ("tps", "ttft"):
+                    getattr(b, f"fit_{fit}").add_field(total, v)
             elif head == "sum" and rest in METRICS:
                 getattr(b, rest).add_field("", v)
         return b
@@ -463,6 +486,8 @@ def summarize(bucket: Bucket, *, window_s: float, now: float, newest: float | No
         cost_usd=max(0.0, bucket.cost),
         cancelled=cancelled,
         client_errors=client_errors,
+        fit_tps=bucket.fit_tps.copy() if bucket.fit_tps.w else None,
+        fit_ttft=bucket.fit_ttft.copy() if bucket.fit_ttft.w else None,
     )
 
 

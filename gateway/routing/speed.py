@@ -1,0 +1,144 @@
+"""Speed against load: what an endpoint will do for *this* request at the load it would then have.
+
+Per endpoint, three sources, most specific first:
+
+1. a local running fit (`SpeedModel`): 1/decode rate and TTFT against in-flight-at-start, least squares
+   with exponential forgetting (~7 samples of memory; a sample after `FORGET_S` of silence starts
+   afresh), so a slow-down shows within a few requests and a recovery from its first sample;
+2. the shared fit of the last minute (`EndpointStats.fit_tps`/`fit_ttft`, every replica's samples,
+   merged through the telemetry store's flush/refresh): gives the slope when the local fit has
+   not seen load vary, and the level on a replica that has not used the endpoint yet;
+3. the catalogue's advertised figures: the prior, with a default slow-down of 1% per extra user.
+
+`predict()` returns, for a request of `n` output tokens joining `load` requests in flight: its decode
+rate and TTFT, its end-to-end time, and the time it adds to the requests already there (each of the
+`load` others decodes its remaining ~n/2 tokens at the slower rate): the marginal cost that keeps
+the router from piling onto the endpoint that looked fastest until it is no longer fast.
+
+Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
+after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
+found again. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gateway.config import Endpoint
+from gateway.telemetry.fit import LoadFit
+
+# Per-user slowdown per extra concurrent request, relative, until the model has seen load vary.
+# (A 235B MoE on four GPUs: 112 tok/s for one user, 71 at 64 -> ~0.9% per extra user.)
+DEFAULT_RELATIVE_SLOWDOWN = 0.01
+DECAY = 0.85  # weight kept by old samples at each new one: ~7 samples of memory
+FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
+CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
+# A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
+ERROR_PENALTY = 2.0
+
+
+class SpeedModel:
+    """One endpoint's local fits (forgetting) and its learned capacity."""
+
+    __slots__ = ("_cap_at", "_last", "learned_capacity", "tps", "ttft")
+
+    def __init__(self) -> None:
+        self.tps = LoadFit()  # y = 1 / decode rate (s per token)
+        self.ttft = LoadFit()  # y = TTFT (s)
+        self._last: float | None = None
+        self.learned_capacity: int | None = None
+        self._cap_at = 0.0
+
+    def observe(self, in_flight: int, decode_tps: float | None, ttft_s: float | None, now: float) -> None:
+        if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
+            return
+        fresh = self._last is None or now - self._last > FORGET_S
+        self._last = now
+        for fit, y in ((self.tps, None if not decode_tps or decode_tps <= 0 else 1.0 / decode_tps),
+                       (self.ttft, ttft_s)):
+            if y is None:
+                continue
+            if fresh:
+                fit.scale(0.0)
+            else:
+                fit.scale(DECAY)
+            fit.add(in_flight, y)
+
+    def rate_limited(self, in_flight: int, now: float) -> None:
+        """A 429 with `in_flight` others in flight (all replicas): it takes at most that many."""
+        cap = max(1, in_flight)
+        if self.learned_capacity is None or cap < self.learned_capacity:
+            self.learned_capacity = cap
+        self._cap_at = now
+
+    def capacity(self, now: float) -> int | None:
+        cap = self.learned_capacity
+        if cap is not None and now - self._cap_at > CAPACITY_PROBE_S:
+            cap = self.learned_capacity = cap + 1
+            self._cap_at = now
+        return cap
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    decode_tps: float | None
+    ttft_s: float | None
+    load: int  # in flight with this request added: what it was judged at
+    e2e_s: float  # predicted end-to-end for n tokens (inf when unknown or full)
+    marginal_s: float  # time this request adds to the requests already in flight
+    score_s: float  # what selection minimises: (e2e + marginal) x the error penalty
+
+
+def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
+    """The catalogue's `max_concurrency` or the capacity learned from 429s, whichever is lower."""
+    limits = [x for x in (endpoint.max_concurrency, learned) if x is not None]
+    return min(limits) if limits else None
+
+
+def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | None) -> tuple[float, float] | None:
+    """(y at x=0, slope) from the local fit's level, else the shared one's; the slope from whichever
+    measured one (local first); else `default_slope` (None: relative 1% of the level)."""
+    level = None
+    for fit in (local, shared):
+        if fit is not None and fit.w >= 0.5:
+            level = fit.mean()
+            break
+    if level is None:
+        return None
+    mx, my = level
+    slope = None
+    for fit in (local, shared):
+        if fit is not None and (slope := fit.slope()) is not None:
+            break
+    if slope is None:
+        slope = DEFAULT_RELATIVE_SLOWDOWN * my if default_slope is None else default_slope
+    slope = max(slope, 0.0)  # an endpoint never gets faster per user by sharing it
+    if mx > 0:  # a steep fit through few points must not predict an unbounded rate at low load
+        slope = min(slope, 0.8 * my / mx)
+    return my - slope * mx, slope
+
+
+def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
+            shared_ttft: LoadFit | None, in_flight: int, n_tokens: int, error_rate: float = 0.0,
+            capacity: int | None = None) -> Prediction:
+    """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc)."""
+    load = in_flight + 1
+    tps_line = _line(model.tps if model else None, shared_tps, None)
+    if tps_line is None and endpoint.advertised.tokens_per_second:
+        a = 1.0 / endpoint.advertised.tokens_per_second
+        tps_line = (a, DEFAULT_RELATIVE_SLOWDOWN * a)
+    ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
+    if ttft_line is None and endpoint.advertised.ttft_ms:
+        ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
+    ttft = None if ttft_line is None else ttft_line[0] + ttft_line[1] * load
+    if tps_line is None:
+        return Prediction(None, ttft, load, math.inf, 0.0, math.inf)
+    a, b = tps_line
+    per_token = a + b * load
+    e2e = (ttft or 0.0) + n_tokens * per_token
+    marginal = in_flight * (n_tokens / 2.0) * b  # each other's remaining tokens, each b slower
+    limit = concurrency_limit(endpoint, capacity)
+    full = limit is not None and load > limit
+    score = math.inf if full else (e2e + marginal) * (1.0 + ERROR_PENALTY * error_rate)
+    return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)

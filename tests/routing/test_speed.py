@@ -1,0 +1,104 @@
+"""The speed-vs-load model: local forgetting fits, the shared fit, the prior, marginal cost, capacity."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gateway.routing.speed import CAPACITY_PROBE_S, SpeedModel, predict
+from gateway.telemetry.fit import LoadFit
+from tests.routing.helpers import catalogue, endpoint
+
+
+def _endpoint(tmp_path: Path, **extra: object):  # type: ignore[no-untyped-def]
+    return catalogue(tmp_path, [endpoint("a", **extra)]).models["m"][0]
+
+
+def _tps(model: SpeedModel | None, in_flight: int, ep, shared: LoadFit | None = None) -> float:  # type: ignore[no-untyped-def]
+    p = predict(ep, model, shared, None, in_flight, 100)
+    assert p.decode_tps is not None
+    return p.decode_tps
+
+
+def test_learns_slowdown_with_concurrency(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([0, 8, 16, 32, 0, 8, 16, 32] * 3):
+        model.observe(n, 112 / (1 + 0.0092 * n), None, now=t * 0.01)
+    # Predicted at the load with this request added: in_flight + 1.
+    assert abs(_tps(model, -1, ep) - 112) < 2
+    assert abs(_tps(model, 62, ep) - 112 / (1 + 0.0092 * 63)) < 2
+
+
+def test_reacts_within_a_few_samples_and_forgets_with_time(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t in range(20):
+        model.observe(0, 300.0, 0.2, now=t * 0.1)
+    for t in range(4):
+        model.observe(0, 60.0, 0.2, now=2 + t * 0.1)
+    assert _tps(model, -1, ep) < 150  # a slow-down shows within a few requests
+    model.observe(0, 300.0, 0.2, now=60.0)  # long after: the old samples are forgotten
+    assert _tps(model, -1, ep) == pytest.approx(300.0)
+
+
+def test_never_predicts_speedup_with_load(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([0, 10, 20] * 4):
+        model.observe(n, 100 + n, None, now=t * 0.01)  # noise that looks like a speed-up
+    assert _tps(model, 40, ep) <= _tps(model, 0, ep)
+
+
+def test_slope_from_the_shared_fit_when_local_load_never_varied(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t in range(5):
+        model.observe(2, 100.0, None, now=t * 0.01)  # always at 2 in flight: no local slope
+    shared = LoadFit()
+    for n in (0, 4, 8) * 3:
+        shared.add(n, (1 + 0.1 * n) / 120)  # other replicas saw 10% per user
+    # Level from the local fit (100 tok/s at 2), slope from the shared one.
+    assert _tps(model, 1, ep, shared) == pytest.approx(100.0, rel=0.01)
+    assert _tps(model, 9, ep, shared) < 80
+    assert _tps(None, -1, ep, shared) == pytest.approx(120.0, rel=0.01)  # no local data: the shared level
+
+
+def test_prior_from_advertised_figures(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 200, "ttft_ms": 300})
+    p = predict(ep, None, None, None, 0, 100)
+    assert p.decode_tps == pytest.approx(200 / 1.01, rel=0.01)
+    assert p.ttft_s == pytest.approx(0.3)
+    assert p.e2e_s == pytest.approx(0.3 + 100 / p.decode_tps)
+    unknown = predict(_endpoint(tmp_path), None, None, None, 0, 100)
+    assert unknown.decode_tps is None and math.isinf(unknown.score_s)
+
+
+def test_marginal_cost_counts_the_requests_already_there(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([0, 4, 8] * 4):
+        model.observe(n, 100 / (1 + 0.2 * n), 0.1, now=t * 0.01)
+    idle, busy = predict(ep, model, None, None, 0, 100), predict(ep, model, None, None, 6, 100)
+    assert idle.marginal_s == 0
+    # Six others each decode ~50 more tokens at 0.2/100 s per token slower: ~0.6 s in all.
+    assert busy.marginal_s == pytest.approx(6 * 50 * 0.002, rel=0.05)
+    assert busy.load == 7 and busy.score_s > busy.e2e_s
+
+
+def test_capacity_learned_from_429s_and_probed_again(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path, max_concurrency=10)
+    model = SpeedModel()
+    model.observe(0, 100.0, 0.1, now=0.0)
+    model.rate_limited(4, now=1.0)
+    assert model.capacity(1.0) == 4
+    assert math.isinf(predict(ep, model, None, None, 4, 10, capacity=model.capacity(1.0)).score_s)
+    assert math.isfinite(predict(ep, model, None, None, 3, 10, capacity=model.capacity(1.0)).score_s)
+    assert model.capacity(1.0 + CAPACITY_PROBE_S + 0.1) == 5  # a while without 429: try one more
+    assert math.isinf(predict(ep, model, None, None, 10, 10).score_s)  # the catalogue's limit
+
+
+def test_error_rate_penalises(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 100})
+    assert predict(ep, None, None, None, 0, 100, error_rate=0.2).score_s > \
+        predict(ep, None, None, None, 0, 100).score_s * 1.3

@@ -1,0 +1,39 @@
+"""LoadFit: additive least-squares sums that merge across buckets, replicas and Redis fields."""
+
+import pytest
+
+from gateway.telemetry.fit import LoadFit
+from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.telemetry.window import Bucket
+
+
+def test_fit_recovers_a_line_and_merges_exactly() -> None:
+    a, b = LoadFit(), LoadFit()
+    for x in range(0, 10, 2):
+        a.add(x, 1 + 0.5 * x)
+        b.add(x + 1, 1 + 0.5 * (x + 1))
+    a.merge(b)
+    mx, my = a.mean()  # type: ignore[misc]
+    assert a.slope() == pytest.approx(0.5)
+    assert my - 0.5 * mx == pytest.approx(1.0)
+    a.subtract(b)
+    assert a.w == 5
+
+
+def test_no_slope_until_load_varies() -> None:
+    f = LoadFit()
+    for _ in range(5):
+        f.add(3, 0.01)
+    assert f.slope() is None and f.mean() == (3, 0.01)
+
+
+def test_bucket_carries_the_fits_through_redis_fields_and_freezing() -> None:
+    bucket = Bucket()
+    for n in (0, 4, 8):
+        s = AttemptSample("m/a", 0.0, Outcome.OK, 200, 0.2 + 0.01 * n, 0.2, 100 / (1 + 0.1 * n), 1.0,
+                          in_flight_at_start=n)
+        bucket.add_sample(s, 1.0)
+    for back in (Bucket.from_fields(bucket.to_fields()), Bucket.thaw(bucket.freeze())):
+        assert back.fit_tps.slope() == pytest.approx(0.001)
+        assert back.fit_ttft.slope() == pytest.approx(0.01)
+        assert back.fit_tps.w == 3
