@@ -38,7 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.race_scenarios import Racer, Scenario, allowed, scenarios
 from gateway.simulator.testing import SimProcess, make_sim_config
+from tests import harness
 from tests.harness import GatewayProcess, catalogue_for
+
+_wait_ready = harness.wait_ready
+
+
+def _patient(proc: Any, url: str, timeout_s: float, *args: Any, **kwargs: Any) -> None:
+    """A busy shared machine can take more than the tests' 20 s to start a gateway."""
+    _wait_ready(proc, url, max(timeout_s, 120.0), *args, **kwargs)
+
+
+harness.wait_ready = _patient
 
 MAX_TOKENS = 200
 _USAGE = re.compile(rb'"completion_tokens":\s*(\d+)')
@@ -156,25 +167,28 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str
     config = make_sim_config({r.name: r.profile for r in racers}, seed=seed)
     runs: dict[str, Run] = {}
     with SimProcess(config) as sim:
-        def events(router: DirectRouter | None) -> list[tuple[float, Callable[[], None]]]:
-            out = []
-            for at, name, patch in s.events:
-                def apply(name: str = name, patch: dict[str, Any] = patch) -> None:
-                    sim.patch(name, **patch)
-                    if router is not None:
-                        router.profiles[name].update(patch)
-                out.append((at * seconds, apply))
-            return out
-
-        for kind in ("oracle", "random"):
-            sim.reset(profiles=True)
-            router = DirectRouter(racers, sim, kind == "oracle", random.Random(seed))
-            runs[kind] = asyncio.run(race(router.request, users, seconds, events(router)))
-        sim.reset(profiles=True)
         rows = [{"sim": r.name, "id": r.name, "tier": r.tier,
                  "advertised": {"tokens_per_second": r.advertised_tps, "ttft_ms": r.advertised_ttft_ms}}
                 for r in racers]
-        with GatewayProcess(catalogue_for(sim, {"m": rows}), log_level="warning") as gw:
+        # Started first (it learns nothing while idle): a busy machine can take a while to start it.
+        gw = GatewayProcess(catalogue_for(sim, {"m": rows}), log_level="warning").start()
+        try:
+
+            def events(router: DirectRouter | None) -> list[tuple[float, Callable[[], None]]]:
+                out = []
+                for at, name, patch in s.events:
+                    def apply(name: str = name, patch: dict[str, Any] = patch) -> None:
+                        sim.patch(name, **patch)
+                        if router is not None:
+                            router.profiles[name].update(patch)
+                    out.append((at * seconds, apply))
+                return out
+
+            for kind in ("oracle", "random"):
+                sim.reset(profiles=True)
+                router = DirectRouter(racers, sim, kind == "oracle", random.Random(seed))
+                runs[kind] = asyncio.run(race(router.request, users, seconds, events(router)))
+            sim.reset(profiles=True)
             url = gw.base_url + "/chat/completions"
             extra: dict[str, Any] = {"model": "m", "provider": {"sort": "throughput"}}
             if s.speed:
@@ -184,6 +198,8 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str
                 return await stream_one(client, url, {**body, **extra}, "?")
 
             runs["ultraroute"] = asyncio.run(race(via_gateway, users, seconds, events(None)))
+        finally:
+            gw.stop()
     return runs
 
 

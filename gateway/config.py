@@ -68,6 +68,20 @@ class SloFile(_Frozen):
     decode_tps: float | None = Field(default=None, gt=0)  # recent decode rate below this breaks it
 
 
+class RateLimitsFile(_Frozen):
+    """A provider's limits for the gateway's key, as its rate card states them (shaper.py paces them)."""
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    burst_s: float = Field(default=60.0, gt=0, le=60)  # the bucket holds this many seconds' worth
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> RateLimitsFile:
+        if self.requests_per_minute is None and self.tokens_per_minute is None:
+            raise ValueError("set requests_per_minute and/or tokens_per_minute")
+        return self
+
+
 class ProviderFile(_Frozen):
     base_url: str = Field(pattern=r"^https?://")
     api_key_env: str | None = None  # the NAME of an environment variable; never the key itself
@@ -77,6 +91,7 @@ class ProviderFile(_Frozen):
     max_connections: int = Field(default=512, ge=1)
     max_keepalive_connections: int = Field(default=128, ge=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    rate_limits: RateLimitsFile | None = None
 
 
 class EndpointFile(_Frozen):
@@ -152,6 +167,11 @@ class GatewayFile(_Frozen):
     # how long to keep answering 503 even with nothing in flight (for load balancers still sending).
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     shutdown_delay_s: float = Field(default=0.0, ge=0, le=300)
+    # A provider's rate limits (shaper.py): how long a request waits for its turn when another
+    # candidate could serve it (the last candidate waits up to its first-token budget), and how
+    # often each replica leases its share of the provider's bucket from Redis.
+    shaper_wait_s: float = Field(default=0.25, ge=0, le=10)
+    shaper_sync_s: float = Field(default=0.1, gt=0, le=5)
 
 
 class HealthFile(_Frozen):
@@ -199,6 +219,7 @@ class Provider:
     max_connections: int
     max_keepalive_connections: int
     connect_timeout_s: float
+    rate_limits: RateLimitsFile | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +322,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
             max_connections=p.max_connections,
             max_keepalive_connections=p.max_keepalive_connections,
             connect_timeout_s=p.connect_timeout_s,
+            rate_limits=p.rate_limits,
         )
 
     models: dict[str, tuple[Endpoint, ...]] = {}

@@ -53,6 +53,7 @@ from gateway.retry import (
 from gateway.retry import attempts as retry_attempts
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
+from gateway.shaper import Shaper, estimated_tokens
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
@@ -188,7 +189,12 @@ def _too_small(endpoint: Endpoint, too_long: Endpoint | None) -> bool:
 
 
 class CapacityFull(Exception):
-    """The endpoint is at its `max_concurrency` and its queue is full: spill, do not wait."""
+    """The endpoint is at its `max_concurrency` and its queue is full, or its provider's rate limit
+    has no room within the wait allowed (reason `rate_limit`): spill, do not wait."""
+
+    def __init__(self, reason: str = "capacity") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Dispatcher:
@@ -203,6 +209,8 @@ class Dispatcher:
         self.budget = budget
         self.lag = lag  # budgets exclude the loop's own lag (serve/lag.py)
         self.on_retry: Callable[[Endpoint, GatewayError], None] | None = None
+        self.shaper: Shaper | None = None  # providers' rate limits (shaper.py); set by services
+        self.shaper_wait_s = 0.25  # how long a request waits for its turn when it could spill
 
     def first_token_budget(self, endpoint: Endpoint) -> float:
         """Fixed per endpoint, or a multiple of its live p90 TTFT within [min, max]."""
@@ -256,13 +264,13 @@ class Dispatcher:
                 if hedge is None:
                     stream, started_at, in_flight = await self._attempt_endpoint(
                         request, endpoint, attempts=attempts,
-                        budget_s=min(self.first_token_budget(endpoint), remaining))
+                        budget_s=min(self.first_token_budget(endpoint), remaining), has_alternatives=bool(queue))
                 else:
                     stream, started_at, in_flight = await self._hedge(
                         request, endpoint, hedge, hedge_after_ms / 1000, attempts, remaining,  # type: ignore[operator]
                         hedged)
-            except CapacityFull:
-                skips.append(Skip(endpoint.id, endpoint.tier.value, "capacity"))
+            except CapacityFull as full:
+                skips.append(Skip(endpoint.id, endpoint.tier.value, full.reason))
                 continue
             except GatewayError as err:
                 failures.append((endpoint.id, err))
@@ -304,8 +312,8 @@ class Dispatcher:
 
         def start(endpoint: Endpoint) -> asyncio.Task[tuple[UpstreamStream, float, int]]:
             budget = min(self.first_token_budget(endpoint), remaining)
-            return asyncio.ensure_future(self._attempt_endpoint(
-                request, endpoint, attempts=attempts, budget_s=budget))
+            return asyncio.ensure_future(self._attempt_endpoint(  # the other racer is the alternative
+                request, endpoint, attempts=attempts, budget_s=budget, has_alternatives=True))
 
         racing = [start(first)]
         done, _ = await asyncio.wait(racing, timeout=after_s)
@@ -343,12 +351,15 @@ class Dispatcher:
         return await self.dispatch(continued, replace(plan, candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
-                                attempts: list[Attempt], budget_s: float) -> tuple[UpstreamStream, float, int]:
+                                attempts: list[Attempt], budget_s: float,
+                                has_alternatives: bool) -> tuple[UpstreamStream, float, int]:
         """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
         body = upstream_body(request, endpoint)
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
         async for attempt in retry_attempts(endpoint.key, self.budget, on_retry):
             with attempt:
+                if self.shaper is not None and self.shaper.limits(endpoint):
+                    budget_s = await self._shape(request, endpoint, has_alternatives, budget_s)
                 if not await self.capacity.acquire(endpoint, request.priority):
                     raise CapacityFull()
                 in_flight = self.recorder.begin(endpoint)
@@ -368,6 +379,18 @@ class Dispatcher:
                     self.health.cool_down(endpoint, stream.exhausted_for_s)  # served, but the next must wait
                 return stream, started_at, in_flight
         raise AssertionError("unreachable: Attempts raises the last failure")
+
+    async def _shape(self, request: ChatRequest, endpoint: Endpoint, has_alternatives: bool, budget_s: float) -> float:
+        """Wait for the provider's rate limit to admit the request (shaper.py); the first-token
+        budget left, or CapacityFull to spill. Only the last candidate waits the whole budget."""
+        assert self.shaper is not None
+        started = time.perf_counter()
+        wait_s = min(budget_s, self.shaper_wait_s) if has_alternatives else budget_s
+        tokens = estimated_tokens(request.prompt_chars, request.body.get("max_tokens")
+                                  or request.body.get("max_completion_tokens"))
+        if not await self.shaper.acquire(endpoint, tokens, request.priority, wait_s):
+            raise CapacityFull("rate_limit")
+        return max(0.1, budget_s - (time.perf_counter() - started))
 
     def _failed(self, endpoint: Endpoint, meter: Meter, err: GatewayError, started_at: float, in_flight: int,
                 attempts: list[Attempt]) -> None:

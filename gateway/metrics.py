@@ -160,6 +160,12 @@ class Metrics:
                               "upstream budgets.", buckets=LAG_BUCKETS, registry=r)
         self._overloaded = Counter("ultraroute_overloaded", "Requests refused with 503 overloaded: this process "
                                    "was at gateway.max_in_flight.", registry=r)
+        self._queue_depth = Gauge("ultraroute_queue_depth", "Requests waiting for their turn at an endpoint "
+                                  "(its provider's rate limit).", by_endpoint, registry=r)
+        self._queue_wait = Histogram("ultraroute_queue_wait_seconds", "How long a request waited for its turn "
+                                     "at an endpoint, admitted or spilled.", by_endpoint,
+                                     buckets=LATENCY_BUCKETS, registry=r)
+        self._labels = {e.key: (e.model, e.id, e.tier.value) for e in catalogue.endpoints()}
         self._scrape = _ScrapeTime(catalogue.endpoints(), in_flight, redis_errors)
         r.register(self._scrape)
         self._tiers = {e.key: e.tier.value for e in catalogue.endpoints()}
@@ -246,6 +252,15 @@ class Metrics:
         """One request refused for overload; also counted in rejected{reason="overloaded"}."""
         self._overloaded.inc()
         self._rejected.labels("overloaded").inc()
+
+    def queue(self, endpoint_key: str, depth: int, waited_s: float | None) -> None:
+        """An endpoint's queue changed (shaper.py): its depth now, and the wait of a request leaving it."""
+        labels = self._labels.get(endpoint_key)
+        if labels is None:
+            return
+        self._queue_depth.labels(*labels).set(depth)
+        if waited_s is not None:
+            self._queue_wait.labels(*labels).observe(waited_s)
 
     def route_selection(self, seconds: float) -> None:
         self._route.observe(seconds)

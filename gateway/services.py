@@ -32,6 +32,7 @@ from gateway.retry import RetryBudget
 from gateway.routing.router import Router, RouterSettings
 from gateway.serve.lag import LoopLag
 from gateway.sessions import Sessions, open_sessions
+from gateway.shaper import Shaper
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
@@ -59,7 +60,8 @@ class Services:
 
 def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore, health: HealthBoard,
                 metrics: Metrics, keyring: KeyRing | None, ledger: Ledger, capacity: Capacity | None,
-                budget: RetryBudget, lag: LoopLag | None) -> tuple[Router, Recorder, Dispatcher, Resolver, Access]:
+                budget: RetryBudget, lag: LoopLag | None,
+                shaper: Shaper | None) -> tuple[Router, Recorder, Dispatcher, Resolver, Access]:
     """The parts built from the catalogue and policies: at start, and again at each reload."""
     gw = config.gateway
     router = Router(config.catalogue, telemetry, RouterSettings(explore_rate=gw.explore_rate,
@@ -71,6 +73,7 @@ def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore,
                             deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)
     dispatcher = Dispatcher(upstreams, recorder, health, telemetry, limits, budget, lag)
     dispatcher.on_retry = lambda endpoint, err: metrics.retry(endpoint, err.metric_label)
+    dispatcher.shaper, dispatcher.shaper_wait_s = shaper, gw.shaper_wait_s
     health.settings = BreakerSettings(failure_threshold=gw.breaker_failures, open_s=gw.breaker_open_s,
                                       max_open_s=config.health.max_open_s)
     return router, recorder, dispatcher, Resolver(config.policies), Access(keyring, ledger, config.catalogue)
@@ -79,12 +82,13 @@ def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore,
 def reconfigure(old: Services, config: Config) -> tuple[Services, Upstreams]:
     """The services for a reloaded `config`, sharing the old ones' lasting state: telemetry (stats
     of endpoints that still exist are kept), health, metrics, keys and usage, the router's learning,
-    the pools of providers whose settings did not change. Returns them with the old pools no longer
+    the request shaper (its buckets' stock; changed `rate_limits` take a restart), the pools of
+    providers whose settings did not change. Returns them with the old pools no longer
     used, which the caller closes once the requests still using them are done."""
     upstreams, retired = old.upstreams.successor(config.catalogue.providers)
     router, recorder, dispatcher, resolver, access = _configured(
         config, upstreams, old.telemetry, old.health, old.metrics, old.access.keyring, old.access.ledger,
-        old.recorder.capacity, old.dispatcher.budget, old.dispatcher.lag)
+        old.recorder.capacity, old.dispatcher.budget, old.dispatcher.lag, old.dispatcher.shaper)
     router.carry_over(old.router)
     old.dispatcher.budget.ratio = config.gateway.retry_budget
     old.metrics.catalogue_changed(config.catalogue)
@@ -118,8 +122,12 @@ async def open_services(
     ledger = Ledger(config.redis_url, gw.redis_key_prefix, gw.limits_sync_s,
                     budgeted=lambda: keyring.by_id.values() if keyring is not None else (),
                     spend_file=config.spend_file)
+    shaper = Shaper(config.catalogue.providers.values(), config.redis_url, gw.redis_key_prefix, gw.shaper_sync_s)
+    shaper.on_queue = metrics.queue
+    shaper.outage.on_error = metrics.redis_error
     router, recorder, dispatcher, resolver, access = _configured(
-        config, upstreams, telemetry, health, metrics, keyring, ledger, None, RetryBudget(gw.retry_budget), lag)
+        config, upstreams, telemetry, health, metrics, keyring, ledger, None, RetryBudget(gw.retry_budget), lag,
+        shaper)
     ledger.outage.on_error = metrics.redis_error  # counted in ultraroute_redis_errors_total
     if keyring is not None:
         keyring.outage.on_error = metrics.redis_error
@@ -138,6 +146,7 @@ async def open_services(
                         config.health.probe_interval_s)
         await prober.start()
     await telemetry.start()
+    await shaper.start()
     access_log.start()
     await lag.start()
     sessions = open_sessions(config.redis_url, gw.redis_key_prefix, config.sessions)
@@ -173,5 +182,6 @@ async def open_services(
             await sharing.stop()
         if prober is not None:
             await prober.stop()
+        await shaper.stop()
         await upstreams.aclose()
         await telemetry.stop()

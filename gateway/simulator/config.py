@@ -70,6 +70,8 @@ class EndpointProfile(BaseModel):
     tokens_per_second: float = Field(150.0, gt=0.0)
     slowdown_per_user: float = Field(0.0092, ge=0.0)
     capacity: int = Field(256, ge=0)  # 0 = every request is rate limited
+    # A rate card's limit: a token bucket holding a minute's worth, refilled continuously. 0 = none.
+    requests_per_minute: int = Field(0, ge=0)
     retry_after_s: float = Field(1.0, ge=0.0)
     output_tokens: int = Field(64, ge=0)
     reasoning_tokens: int = Field(0, ge=0)

@@ -70,6 +70,8 @@ class Endpoint:
         self._stats = EndpointStats()
         self._forced_errors = profile.faults.error_next  # left of `faults.error_next`
         self.requests = RecentRequests()  # what clients sent, for tests (admin: .../requests)
+        self._rpm_left = float(profile.requests_per_minute)  # the rate card's bucket starts full
+        self._rpm_at = time.monotonic()
         self.reset_stats()
 
     # ---- lifecycle and admin ------------------------------------------------------------------
@@ -170,6 +172,8 @@ class Endpoint:
                 )
             if self.active >= profile.capacity:
                 raise rate_limited(profile, f"Rate limit reached: {profile.capacity} concurrent requests")
+            if profile.requests_per_minute and not self._take_rpm(profile.requests_per_minute):
+                raise rate_limited(profile, f"Rate limit reached: {profile.requests_per_minute} requests per minute")
         except ApiError as err:
             self._send_error(conn, attempt, err, echo_key)
             self._stats.finish(attempt, loop.time() - req.arrived)
@@ -202,6 +206,15 @@ class Endpoint:
         finally:
             self.active -= 1
             self._stats.finish(attempt, loop.time() - req.arrived)
+
+    def _take_rpm(self, rpm: int) -> bool:
+        now = time.monotonic()
+        self._rpm_left = min(float(rpm), self._rpm_left + (now - self._rpm_at) * rpm / 60.0)
+        self._rpm_at = now
+        if self._rpm_left >= 1.0:
+            self._rpm_left -= 1.0
+            return True
+        return False
 
     # ---- per-request draws --------------------------------------------------------------------
 
