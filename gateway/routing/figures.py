@@ -60,11 +60,9 @@ def output_tokens(max_tokens: int | None, stats: EndpointStats) -> int:
 
 
 def figures_for(endpoint: Endpoint, stats: EndpointStats, model: SpeedModel | None, in_flight: int,
-                prompt_tokens: int, max_tokens: int | None, capacity: int | None = None,
-                shared: EndpointStats | None = None) -> Figures:
-    """`stats` ranks (5 minutes); `shared` (the last minute, all replicas) gives the load curve."""
-    curve = shared or stats
-    p = predict(endpoint, model, curve.fit_tps, curve.fit_ttft, in_flight, output_tokens(max_tokens, stats),
+                prompt_tokens: int, max_tokens: int | None, capacity: int | None = None) -> Figures:
+    """`stats` (the window's, every replica's) gives the shared speed-vs-load fit; `model` the local one."""
+    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, output_tokens(max_tokens, stats),
                 stats.error_rate, capacity)
     has_samples = stats.requests > 0 or (model is not None and model.tps.w > 0)
     has_prior = endpoint.advertised.tokens_per_second is not None or endpoint.advertised.ttft_ms is not None

@@ -31,15 +31,14 @@ from gateway.policy import Sort
 from gateway.routing.figures import Figures, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
-from gateway.routing.speed import SpeedModel, predict
+from gateway.routing.speed import Curve, SpeedModel, curve
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
-STATS_WINDOW_S = 300
-CURVE_WINDOW_S = 60  # the shared speed-vs-load fit: every replica's samples of the last minute
+STATS_WINDOW_S = 300  # also the shared speed-vs-load fit's window (every replica's samples)
 _MAX_CACHE = 4096
 
 
@@ -76,8 +75,7 @@ class _Ranked:
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
-    # endpoint key -> (ranking stats, curve stats, output tokens expected)
-    curves: dict[str, tuple[EndpointStats, EndpointStats, int]]
+    curves: dict[str, tuple[Curve, int]]  # live endpoint key -> (its curve, output tokens expected)
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
     stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
     by_key: dict[str, Candidate]
@@ -96,6 +94,7 @@ class Router:
         self._rng = rng or random.Random()
         self._clock = clock
         self._speed: dict[str, SpeedModel] = {}
+        self._explored: dict[str, float] = {}  # endpoint key -> when a stale endpoint was last explored
         self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
         self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
 
@@ -192,10 +191,10 @@ class Router:
         return None if model is None else model.capacity(self._clock())
 
     def _candidate(self, endpoint: Endpoint, tier_rank: int, shape: RequestShape,
-                   stats: EndpointStats, curve: EndpointStats) -> Candidate:
+                   stats: EndpointStats) -> Candidate:
         in_flight = self.telemetry.in_flight(endpoint.key)
         figures = figures_for(endpoint, stats, self._speed.get(endpoint.key), in_flight,
-                              shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key), curve)
+                              shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key))
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
@@ -206,13 +205,10 @@ class Router:
         if hit is not None and now < hit.expires:
             return hit
         stats: dict[str, EndpointStats] = {}
-        curves: dict[str, tuple[EndpointStats, EndpointStats, int]] = {}
         candidates = []
         for endpoint, tier_rank in static.eligible:
             stats[endpoint.key] = s = self.telemetry.stats(endpoint.key, STATS_WINDOW_S)
-            curve = self.telemetry.stats(endpoint.key, CURVE_WINDOW_S)
-            curves[endpoint.key] = (s, curve, output_tokens(shape.max_tokens, s))
-            candidates.append(self._candidate(endpoint, tier_rank, shape, s, curve))
+            candidates.append(self._candidate(endpoint, tier_rank, shape, s))
         ordered = rank(candidates, prefs.sort)
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
@@ -226,6 +222,12 @@ class Router:
                     and not c.notes[1:] and c.notes in ((), ("slower",), ("capacity",)):
                 per_group[c.tier_rank] = per_group.get(c.tier_rank, 0) + 1
                 live.append(c)
+        curves = {}
+        for c in live:
+            key = c.endpoint.key
+            s = stats[key]
+            curves[key] = (curve(c.endpoint, self._speed.get(key), s.fit_tps, s.fit_ttft, s.error_rate,
+                                 self._capacity(key)), output_tokens(shape.max_tokens, s))
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
@@ -271,12 +273,11 @@ class Router:
         the lowest tier rank (a premium tier asked for while it is not slower), then the less loaded
         of two. If every one is at its limit, the cached order's first."""
         scored = []
+        in_flight_of = self.telemetry.in_flight
         for c in ranked.live:
-            key = c.endpoint.key
-            stats, curve, n = ranked.curves[key]
-            in_flight = self.telemetry.in_flight(key)
-            p = predict(c.endpoint, self._speed.get(key), curve.fit_tps, curve.fit_ttft, in_flight, n,
-                        stats.error_rate, self._capacity(key))
+            line, n = ranked.curves[c.endpoint.key]
+            in_flight = in_flight_of(c.endpoint.key)
+            p = line.predict(in_flight, n)
             scored.append((p.score_s, c.tier_rank, in_flight, p, c))
         best = min(s[0] for s in scored)
         if best == float("inf"):
@@ -328,9 +329,20 @@ class Router:
         return c if explicit or prefs.sticky or _cache_pays(c.endpoint) else None
 
     def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
+        """A never-measured endpoint now and then; a stale one (no sample for `stale_after_s`) once
+        per `stale_after_s` for sure -- so a recovery is seen within about twice that, whatever the
+        traffic -- and otherwise by chance (`explore_rate`)."""
         cold = [c for c in ranked.cold if c is not default]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
             return self._rng.choice(cold)
+        if self.settings.explore_rate <= 0:
+            return None
+        now = self._clock()
+        for c in ranked.stale:
+            key = c.endpoint.key
+            if c is not default and now - self._explored.get(key, -1e18) >= self.settings.stale_after_s:
+                self._explored[key] = now
+                return c
         if self._rng.random() < self.settings.explore_rate:
             stale = [c for c in ranked.stale if c is not default]
             if stale:

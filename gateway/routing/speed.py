@@ -3,8 +3,9 @@
 Per endpoint, three sources, most specific first:
 
 1. a local running fit (`SpeedModel`): 1/decode rate and TTFT against in-flight-at-start, least squares
-   with exponential forgetting (~7 samples of memory; a sample after `FORGET_S` of silence starts
-   afresh), so a slow-down shows within a few requests and a recovery from its first sample;
+   with exponential forgetting (~7 samples of memory, halved every 3 s; a sample after `FORGET_S` of
+   silence starts afresh), so a slow-down shows within a few requests and a recovery from the first
+   sample after a pause (the router explores a passed-over endpoint once it has gone stale);
 2. the shared fit of the last minute (`EndpointStats.fit_tps`/`fit_ttft`, every replica's samples,
    merged through the telemetry store's flush/refresh): gives the slope when the local fit has
    not seen load vary, and the level on a replica that has not used the endpoint yet;
@@ -31,7 +32,8 @@ from gateway.telemetry.fit import LoadFit
 # Per-user slowdown per extra concurrent request, relative, until the model has seen load vary.
 # (A 235B MoE on four GPUs: 112 tok/s for one user, 71 at 64 -> ~0.9% per extra user.)
 DEFAULT_RELATIVE_SLOWDOWN = 0.01
-DECAY = 0.85  # weight kept by old samples at each new one: ~7 samples of memory
+DECAY = 0.85  # weight kept by old samples at each new one: ~7 samples of memory ...
+HALF_LIFE_S = 3.0  # ... and halved every 3 s: a sample after a pause (exploration) outweighs the old
 FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
 # A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
@@ -53,16 +55,15 @@ class SpeedModel:
     def observe(self, in_flight: int, decode_tps: float | None, ttft_s: float | None, now: float) -> None:
         if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
             return
-        fresh = self._last is None or now - self._last > FORGET_S
+        gap = math.inf if self._last is None else max(0.0, now - self._last)
+        fresh = gap > FORGET_S
+        keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
         for fit, y in ((self.tps, None if not decode_tps or decode_tps <= 0 else 1.0 / decode_tps),
                        (self.ttft, ttft_s)):
             if y is None:
                 continue
-            if fresh:
-                fit.scale(0.0)
-            else:
-                fit.scale(DECAY)
+            fit.scale(keep)
             fit.add(in_flight, y)
 
     def rate_limited(self, in_flight: int, now: float) -> None:
@@ -119,11 +120,34 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
     return my - slope * mx, slope
 
 
-def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
-            shared_ttft: LoadFit | None, in_flight: int, n_tokens: int, error_rate: float = 0.0,
-            capacity: int | None = None) -> Prediction:
-    """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc)."""
-    load = in_flight + 1
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """One endpoint's predicted speed against load, ready for per-request use: two lines and a limit.
+    Built with the ranking (every 250 ms); `predict` is a few multiplications per candidate."""
+
+    tps: tuple[float, float] | None  # s per token = a + b x load
+    ttft: tuple[float, float] | None  # TTFT s = a + b x load
+    limit: int | None  # max concurrency (catalogue or learned)
+    penalty: float  # 1 + ERROR_PENALTY x error rate
+
+    def predict(self, in_flight: int, n_tokens: int) -> Prediction:
+        """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc)."""
+        load = in_flight + 1
+        ttft = None if self.ttft is None else self.ttft[0] + self.ttft[1] * load
+        if self.tps is None:
+            return Prediction(None, ttft, load, math.inf, 0.0, math.inf)
+        a, b = self.tps
+        per_token = a + b * load
+        e2e = (ttft or 0.0) + n_tokens * per_token
+        marginal = in_flight * (n_tokens / 2.0) * b  # each other's remaining tokens, each b slower
+        full = self.limit is not None and load > self.limit
+        score = math.inf if full else (e2e + marginal) * self.penalty
+        return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
+
+
+def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
+          shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None) -> Curve:
+    """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     tps_line = _line(model.tps if model else None, shared_tps, None)
     if tps_line is None and endpoint.advertised.tokens_per_second:
         a = 1.0 / endpoint.advertised.tokens_per_second
@@ -131,14 +155,11 @@ def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | 
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
-    ttft = None if ttft_line is None else ttft_line[0] + ttft_line[1] * load
-    if tps_line is None:
-        return Prediction(None, ttft, load, math.inf, 0.0, math.inf)
-    a, b = tps_line
-    per_token = a + b * load
-    e2e = (ttft or 0.0) + n_tokens * per_token
-    marginal = in_flight * (n_tokens / 2.0) * b  # each other's remaining tokens, each b slower
-    limit = concurrency_limit(endpoint, capacity)
-    full = limit is not None and load > limit
-    score = math.inf if full else (e2e + marginal) * (1.0 + ERROR_PENALTY * error_rate)
-    return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
+    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), 1.0 + ERROR_PENALTY * error_rate)
+
+
+def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
+            shared_ttft: LoadFit | None, in_flight: int, n_tokens: int, error_rate: float = 0.0,
+            capacity: int | None = None) -> Prediction:
+    """`curve(...).predict(in_flight, n_tokens)`."""
+    return curve(endpoint, model, shared_tps, shared_ttft, error_rate, capacity).predict(in_flight, n_tokens)
