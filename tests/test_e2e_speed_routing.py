@@ -102,7 +102,7 @@ def test_capacity_limited_endpoint_gets_only_the_concurrency_its_speed_justifies
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
                     "speed": "ultrafast", "provider": {"sort": "throughput"}}
             with traffic(f"{gw.base_url}/chat/completions", body, users=12):
-                time.sleep(3)  # learn the curve
+                time.sleep(5)  # learn the curve
                 sim.reset()  # count from here: max_active as learned
                 time.sleep(6)
             ultra, std = sim.stats("ultra"), sim.stats("std")

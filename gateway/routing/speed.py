@@ -38,6 +38,12 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
 # A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
 ERROR_PENALTY = 2.0
+# Optimism in the face of few samples: an endpoint with under CONFIDENT_WEIGHT recent local samples
+# is scored this much better, so that one noisy sample (a first request's cold connection, an
+# exploration during a stall) does not shut it out: it gets a few more requests and is then judged.
+# A real slow-down (a third of the speed) is far outside it.
+CONFIDENT_WEIGHT = 3.0
+OPTIMISM = 1.3
 
 
 class SpeedModel:
@@ -88,7 +94,7 @@ class Prediction:
     load: int  # in flight with this request added: what it was judged at
     e2e_s: float  # predicted end-to-end for n tokens (inf when unknown or full)
     marginal_s: float  # time this request adds to the requests already in flight
-    score_s: float  # what selection minimises: (e2e + marginal) x the error penalty
+    score_s: float  # what selection minimises: (e2e + marginal) x the error penalty (and optimism)
 
 
 def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
@@ -128,7 +134,7 @@ class Curve:
     tps: tuple[float, float] | None  # s per token = a + b x load
     ttft: tuple[float, float] | None  # TTFT s = a + b x load
     limit: int | None  # max concurrency (catalogue or learned)
-    penalty: float  # 1 + ERROR_PENALTY x error rate
+    penalty: float  # 1 + ERROR_PENALTY x error rate, / OPTIMISM while few local samples
 
     def predict(self, in_flight: int, n_tokens: int) -> Prediction:
         """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc)."""
@@ -155,7 +161,10 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
-    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), 1.0 + ERROR_PENALTY * error_rate)
+    penalty = 1.0 + ERROR_PENALTY * error_rate
+    if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT:
+        penalty /= OPTIMISM
+    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty)
 
 
 def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
