@@ -11,6 +11,7 @@ This module computes figures; it does not order or filter endpoints.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.config import Endpoint
@@ -50,20 +51,30 @@ def estimated_cost(endpoint: Endpoint, prompt_tokens: int, max_tokens: int | Non
     return None
 
 
-def output_tokens(max_tokens: int | None, stats: EndpointStats) -> int:
-    """Output tokens to expect: the request's cap, else the endpoint's recent mean, else a default."""
+def output_tokens(max_tokens: int | None, stats: Iterable[EndpointStats]) -> int:
+    """Output tokens to expect, the same for every candidate of a request: its cap, else the mean of
+    the model's recent answers, else a default."""
     if max_tokens:
         return max_tokens
-    if stats.ok >= MIN_SAMPLES and stats.tokens.output:
-        return max(1, stats.tokens.output // stats.ok)
-    return DEFAULT_OUTPUT_TOKENS
+    ok = out = 0
+    for s in stats:
+        if s.ok >= MIN_SAMPLES:
+            ok, out = ok + s.ok, out + s.tokens.output
+    return max(1, out // ok) if ok and out else DEFAULT_OUTPUT_TOKENS
+
+
+def failure_rate(stats: EndpointStats) -> float:
+    """Errors that make an endpoint flaky; 429s are capacity, learned apart (speed.py)."""
+    return max(0.0, stats.error_rate - stats.rate_limited_rate)
 
 
 def figures_for(endpoint: Endpoint, stats: EndpointStats, model: SpeedModel | None, in_flight: int,
-                prompt_tokens: int, max_tokens: int | None, capacity: int | None = None) -> Figures:
-    """`stats` (the window's, every replica's) gives the shared speed-vs-load fit; `model` the local one."""
-    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, output_tokens(max_tokens, stats),
-                stats.error_rate, capacity)
+                prompt_tokens: int, max_tokens: int | None, capacity: int | None = None,
+                n_tokens: int | None = None) -> Figures:
+    """`stats` (the window's, every replica's) gives the shared speed-vs-load fit; `model` the local one.
+    `n_tokens`: the output expected (`output_tokens`), by default from this endpoint alone."""
+    n = n_tokens or output_tokens(max_tokens, (stats,))
+    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, n, failure_rate(stats), capacity)
     has_samples = stats.requests > 0 or (model is not None and model.tps.w > 0)
     has_prior = endpoint.advertised.tokens_per_second is not None or endpoint.advertised.ttft_ms is not None
     return with_prediction(Figures(

@@ -28,7 +28,7 @@ from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences, Spill
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import Sort
-from gateway.routing.figures import Figures, figures_for, output_tokens, with_prediction
+from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
 from gateway.routing.speed import Curve, SpeedModel, curve
@@ -75,7 +75,8 @@ class _Ranked:
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
-    curves: dict[str, tuple[Curve, int]]  # live endpoint key -> (its curve, output tokens expected)
+    curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
+    n_tokens: int  # output tokens expected of the request
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
     stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
     by_key: dict[str, Candidate]
@@ -191,10 +192,10 @@ class Router:
         return None if model is None else model.capacity(self._clock())
 
     def _candidate(self, endpoint: Endpoint, tier_rank: int, shape: RequestShape,
-                   stats: EndpointStats) -> Candidate:
+                   stats: EndpointStats, n_tokens: int) -> Candidate:
         in_flight = self.telemetry.in_flight(endpoint.key)
         figures = figures_for(endpoint, stats, self._speed.get(endpoint.key), in_flight,
-                              shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key))
+                              shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key), n_tokens)
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
@@ -204,11 +205,10 @@ class Router:
         hit = self._ranked.get(key)
         if hit is not None and now < hit.expires:
             return hit
-        stats: dict[str, EndpointStats] = {}
-        candidates = []
-        for endpoint, tier_rank in static.eligible:
-            stats[endpoint.key] = s = self.telemetry.stats(endpoint.key, STATS_WINDOW_S)
-            candidates.append(self._candidate(endpoint, tier_rank, shape, s))
+        stats = {e.key: self.telemetry.stats(e.key, STATS_WINDOW_S) for e, _ in static.eligible}
+        n_tokens = output_tokens(shape.max_tokens, stats.values())
+        candidates = [self._candidate(e, tier_rank, shape, stats[e.key], n_tokens)
+                      for e, tier_rank in static.eligible]
         ordered = rank(candidates, prefs.sort)
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
@@ -226,8 +226,8 @@ class Router:
         for c in live:
             key = c.endpoint.key
             s = stats[key]
-            curves[key] = (curve(c.endpoint, self._speed.get(key), s.fit_tps, s.fit_ttft, s.error_rate,
-                                 self._capacity(key)), output_tokens(shape.max_tokens, s))
+            curves[key] = curve(c.endpoint, self._speed.get(key), s.fit_tps, s.fit_ttft, failure_rate(s),
+                                self._capacity(key))
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
@@ -238,6 +238,7 @@ class Router:
             lead=tuple(c for c in group if not c.notes),
             live=tuple(live),
             curves=curves,
+            n_tokens=n_tokens,
             cold=tuple(c for c in group if c.figures.source != "measured"),
             stale=tuple(c for c in (live if prefs.sort is Sort.THROUGHPUT else group)
                         if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
@@ -275,9 +276,8 @@ class Router:
         scored = []
         in_flight_of = self.telemetry.in_flight
         for c in ranked.live:
-            line, n = ranked.curves[c.endpoint.key]
             in_flight = in_flight_of(c.endpoint.key)
-            p = line.predict(in_flight, n)
+            p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens)
             scored.append((p.score_s, c.tier_rank, in_flight, p, c))
         best = min(s[0] for s in scored)
         if best == float("inf"):
@@ -338,9 +338,9 @@ class Router:
         if self.settings.explore_rate <= 0:
             return None
         now = self._clock()
-        for c in ranked.stale:
+        for c in ranked.stale:  # the cached order's first too: the live choice may be another
             key = c.endpoint.key
-            if c is not default and now - self._explored.get(key, -1e18) >= self.settings.stale_after_s:
+            if now - self._explored.get(key, -1e18) >= self.settings.stale_after_s:
                 self._explored[key] = now
                 return c
         if self._rng.random() < self.settings.explore_rate:
