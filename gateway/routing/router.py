@@ -46,7 +46,7 @@ _MAX_CACHE = 4096
 class RouterSettings:
     explore_rate: float = 0.05  # share of requests that try a stale endpoint first
     cold_explore_rate: float = 0.5  # ... and one never measured: measure it soon, then judge it
-    stale_after_s: float = 5.0  # an endpoint with no sample for this long is explored (once per this)
+    stale_after_s: float = 8.0  # an endpoint with no sample for this long is explored (once per this)
     sticky_idle_s: float = 600.0
     ranking_ttl_s: float = 0.25
     head_size: int = 4  # leading candidates per tier group re-predicted with live load per request

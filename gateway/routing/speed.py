@@ -43,7 +43,7 @@ ERROR_PENALTY = 2.0
 # exploration during a stall) does not shut it out: it gets a few more requests and is then judged.
 # A real slow-down (a third of the speed) is far outside it.
 CONFIDENT_WEIGHT = 3.0
-OPTIMISM = 1.3
+OPTIMISM = 1.15
 
 
 class SpeedModel:
