@@ -6,11 +6,15 @@ Run by hand: `.venv/bin/python benchmarks/routing_race.py [--scenario all] [--se
 Each scenario (race_scenarios.py) is a simulator with endpoints of one model. Closed loop: every user
 sends a streamed request (max_tokens fixed), reads it to the end, sends the next, until T. Routers:
 
-- oracle: a small router in this script driving the simulator directly. It knows every endpoint's
+- oracle: a small router in this script. It knows every endpoint's
   true profile (and the run-time changes) and the true load (it is the only client), and sends each
   request where it will be fastest at that moment: least TTFT + n / rate(load + 1), scaled by
   1 / (1 - error rate), never over capacity; a failed request is retried at the next best.
-- random: picks an allowed endpoint uniformly, directly, no retry.
+- random: picks an allowed endpoint uniformly, no retry.
+
+Both send their choice through a gateway process of their own with `provider.only: [choice]`, so all
+three routers pay the same proxy hop (on a busy shared machine that hop costs far more than the
+~1 ms it costs on an idle one); `--direct` sends them to the simulator directly instead.
 - ultraroute: through a real gateway process, `provider.sort: throughput` (+ `speed: ultrafast` where
   the scenario has an ultrafast tier). It learns only from what it sees.
 
@@ -105,9 +109,11 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], 
 class DirectRouter:
     """Oracle or random: picks a simulated endpoint itself and calls it directly."""
 
-    def __init__(self, racers: tuple[Racer, ...], sim: SimProcess, oracle: bool, rng: random.Random) -> None:
+    def __init__(self, racers: tuple[Racer, ...], sim: SimProcess, oracle: bool, rng: random.Random,
+                 proxy: str | None = None) -> None:
         self.racers = racers
         self.sim = sim
+        self.proxy = proxy  # a gateway's chat URL: the choice goes through it (`provider.only`)
         self.oracle = oracle
         self.rng = rng
         self.profiles = {r.name: dict(r.profile) for r in racers}  # the truth, kept current by events
@@ -131,8 +137,12 @@ class DirectRouter:
                 name = self.rng.choice(list(self.profiles))
             self.load[name] += 1
             try:
-                result = await stream_one(client, self.sim.base_url(name) + "/chat/completions",
-                                          {**body, "model": "sim"}, name)
+                if self.proxy is None:
+                    result = await stream_one(client, self.sim.base_url(name) + "/chat/completions",
+                                              {**body, "model": "sim"}, name)
+                else:
+                    result = await stream_one(client, self.proxy, {**body, "model": "m", "speed": "ultrafast",
+                                                                   "provider": {"only": [name]}}, name)
             finally:
                 self.load[name] -= 1
             tried.add(name)
@@ -162,7 +172,7 @@ async def race(send: Callable[[httpx.AsyncClient, dict[str, Any]], Any], users: 
     return run
 
 
-def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str, Run]:
+def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: bool) -> dict[str, Run]:
     racers = allowed(s)
     config = make_sim_config({r.name: r.profile for r in racers}, seed=seed)
     runs: dict[str, Run] = {}
@@ -170,8 +180,11 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str
         rows = [{"sim": r.name, "id": r.name, "tier": r.tier,
                  "advertised": {"tokens_per_second": r.advertised_tps, "ttft_ms": r.advertised_ttft_ms}}
                 for r in racers]
-        # Started first (it learns nothing while idle): a busy machine can take a while to start it.
-        gw = GatewayProcess(catalogue_for(sim, {"m": rows}), log_level="warning").start()
+        catalogue = catalogue_for(sim, {"m": rows})
+        # Oracle and random send their choices through a gateway of their own (unless --direct), so
+        # that all three pay the same proxy hop; Ultraroute's starts fresh, having learnt nothing.
+        base = None if direct else GatewayProcess(catalogue, log_level="warning").start()
+        gw = GatewayProcess(catalogue, log_level="warning").start()
         try:
 
             def events(router: DirectRouter | None) -> list[tuple[float, Callable[[], None]]]:
@@ -186,7 +199,8 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str
 
             for kind in ("oracle", "random"):
                 sim.reset(profiles=True)
-                router = DirectRouter(racers, sim, kind == "oracle", random.Random(seed))
+                router = DirectRouter(racers, sim, kind == "oracle", random.Random(seed),
+                                      None if base is None else base.base_url + "/chat/completions")
                 runs[kind] = asyncio.run(race(router.request, users, seconds, events(router)))
             sim.reset(profiles=True)
             url = gw.base_url + "/chat/completions"
@@ -200,6 +214,8 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float) -> dict[str
             runs["ultraroute"] = asyncio.run(race(via_gateway, users, seconds, events(None)))
         finally:
             gw.stop()
+            if base is not None:
+                base.stop()
     return runs
 
 
@@ -239,6 +255,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, nargs="+", default=[1])
     parser.add_argument("--users", type=int, default=24)
     parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--direct", action="store_true",
+                        help="oracle and random call the simulator directly (no proxy hop: fair on an idle machine)")
     args = parser.parse_args()
     summary = []
     for seed in args.seed:
@@ -246,7 +264,7 @@ def main() -> None:
         chosen = list(known) if args.scenario == "all" else [args.scenario]
         for name in chosen:
             s = known[name]
-            scores = report(s, seed, run_scenario(s, seed, args.users, args.seconds))
+            scores = report(s, seed, run_scenario(s, seed, args.users, args.seconds, args.direct))
             summary.append((name, seed, scores))
     print(f"\n{'scenario':<14}{'seed':>5}{'share':>7}{'p95 x':>7}{'success':>9}")
     for name, seed, sc in summary:
