@@ -224,10 +224,9 @@ class Router:
                 live.append(c)
         curves = {}
         for c in live:
-            key = c.endpoint.key
-            s = stats[key]
-            curves[key] = curve(c.endpoint, self._speed.get(key), s.fit_tps, s.fit_ttft, failure_rate(s),
-                                self._capacity(key))
+            k = c.endpoint.key
+            curves[k] = curve(c.endpoint, self._speed.get(k), stats[k].fit_tps, stats[k].fit_ttft,
+                              failure_rate(stats[k]), self._capacity(k))
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
