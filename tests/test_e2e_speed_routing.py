@@ -106,7 +106,13 @@ def test_capacity_limited_endpoint_gets_only_the_concurrency_its_speed_justifies
                 time.sleep(5)  # learn the curve
                 sim.reset()  # count from here: max_active as learned
                 time.sleep(6)
-            ultra, std = sim.stats("ultra"), sim.stats("std")
+                ultra, std = sim.stats("ultra"), sim.stats("std")
+                # /v1/route shows what each candidate was judged at: its predicted figures at its load.
+                plan = httpx.post(f"{gw.base_url}/route", json=body, timeout=10).json()
+            figures = {c["id"]: c["figures"] for c in plan["candidates"]}
+            assert figures["ultra"]["load"] == figures["ultra"]["in_flight"] + 1
+            assert figures["ultra"]["e2e_s"] > 0 and figures["ultra"]["source"] == "measured"
+            assert figures["ultra"]["decode_tps"] < 400  # learnt from what it did, not the brochure
             assert ultra["requests"] >= 5 and std["requests"] >= 5, (ultra["requests"], std["requests"])
             # 4-5 justified; a margin for decisions made at once and for prediction noise.
             assert ultra["max_active"] <= 8, ultra["max_active"]
