@@ -331,7 +331,8 @@ class Router:
         """A never-measured endpoint now and then; a stale one (no sample for `stale_after_s`) once
         per `stale_after_s` for sure -- so a recovery is seen within about twice that, whatever the
         traffic -- and otherwise by chance (`explore_rate`)."""
-        cold = [c for c in ranked.cold if c is not default]
+        # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
+        cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
             return self._rng.choice(cold)
         if self.settings.explore_rate <= 0:
@@ -339,7 +340,8 @@ class Router:
         now = self._clock()
         for c in ranked.stale:  # the cached order's first too: the live choice may be another
             key = c.endpoint.key
-            if now - self._explored.get(key, -1e18) >= self.settings.stale_after_s:
+            due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
+            if due and not self.telemetry.in_flight(key):
                 self._explored[key] = now
                 return c
         if self._rng.random() < self.settings.explore_rate:
