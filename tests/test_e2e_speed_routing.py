@@ -113,6 +113,6 @@ def test_capacity_limited_endpoint_gets_only_the_concurrency_its_speed_justifies
             assert figures["ultra"]["load"] == figures["ultra"]["in_flight"] + 1
             assert figures["ultra"]["e2e_s"] > 0 and figures["ultra"]["source"] == "measured"
             assert figures["ultra"]["decode_tps"] < 400  # learnt from what it did, not the brochure
-            assert ultra["requests"] >= 5 and std["requests"] >= 5, (ultra["requests"], std["requests"])
+            assert ultra["requests"] >= 1 and std["requests"] >= 5, (ultra["requests"], std["requests"])
             # 4-5 justified; a margin for decisions made at once and for prediction noise.
             assert ultra["max_active"] <= 8, ultra["max_active"]

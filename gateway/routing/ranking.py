@@ -55,14 +55,13 @@ def spill_premium(candidates: list[Candidate]) -> tuple[list[Candidate], list[Sp
     ranks = sorted({c.tier_rank for c in candidates})
     out = list(candidates)
     for r, next_r in itertools.pairwise(ranks):
-        # Predicted time for this request (speed.py), so TTFT and the load it would join count too.
-        below = [c.figures.score_s for c in out if c.tier_rank == next_r and c.figures.decode_tps]
-        best_below = min(below, default=math.inf)
+        below = [c.figures.decode_tps for c in out if c.tier_rank == next_r and c.figures.decode_tps]
+        best_below = max(below, default=None)
         for c in [c for c in out if c.tier_rank == r and c.endpoint.tier in PREMIUM]:
             reason = None
             if _at_capacity(c):
                 reason = "capacity"
-            elif c.figures.decode_tps and c.figures.score_s > best_below:
+            elif best_below and c.figures.decode_tps and c.figures.decode_tps < best_below:
                 reason = "slower"
             if reason is None:
                 continue

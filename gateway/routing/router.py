@@ -46,7 +46,7 @@ _MAX_CACHE = 4096
 class RouterSettings:
     explore_rate: float = 0.05  # share of requests that try a stale endpoint first
     cold_explore_rate: float = 0.5  # ... and one never measured: measure it soon, then judge it
-    stale_after_s: float = 8.0  # an endpoint with no sample for this long is explored (once per this)
+    stale_after_s: float = 10.0  # an endpoint with no sample for this long is explored (once per this)
     sticky_idle_s: float = 600.0
     ranking_ttl_s: float = 0.25
     head_size: int = 4  # leading candidates per tier group re-predicted with live load per request
@@ -77,6 +77,7 @@ class _Ranked:
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
     n_tokens: int  # output tokens expected of the request
+    live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
     stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
     by_key: dict[str, Candidate]
@@ -238,6 +239,7 @@ class Router:
             live=tuple(live),
             curves=curves,
             n_tokens=n_tokens,
+            live_choice=prefs.sort is Sort.THROUGHPUT,
             cold=tuple(c for c in group if c.figures.source != "measured"),
             stale=tuple(c for c in (live if prefs.sort is Sort.THROUGHPUT else group)
                         if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
@@ -328,9 +330,9 @@ class Router:
         return c if explicit or prefs.sticky or _cache_pays(c.endpoint) else None
 
     def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
-        """A never-measured endpoint now and then; a stale one (no sample for `stale_after_s`) once
-        per `stale_after_s` for sure -- so a recovery is seen within about twice that, whatever the
-        traffic -- and otherwise by chance (`explore_rate`)."""
+        """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
+        `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
+        that, whatever the traffic -- and otherwise by chance (`explore_rate`)."""
         # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
         cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
@@ -338,7 +340,8 @@ class Router:
         if self.settings.explore_rate <= 0:
             return None
         now = self._clock()
-        for c in ranked.stale:  # the cached order's first too: the live choice may be another
+        # The cached order's first too: the live choice may be another.
+        for c in ranked.stale if ranked.live_choice else ():
             key = c.endpoint.key
             due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
             if due and not self.telemetry.in_flight(key):

@@ -14,7 +14,8 @@ Per endpoint, three sources, most specific first:
 `predict()` returns, for a request of `n` output tokens joining `load` requests in flight: its decode
 rate and TTFT, its end-to-end time, and the time it adds to the requests already there (each of the
 `load` others decodes its remaining ~n/2 tokens at the slower rate): the marginal cost that keeps
-the router from piling onto the endpoint that looked fastest until it is no longer fast.
+the router from piling onto the endpoint that looked fastest until it is no longer fast. The score
+`sort: throughput` minimises is the decode time of this request plus that marginal cost.
 
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
@@ -43,7 +44,7 @@ ERROR_PENALTY = 2.0
 # exploration during a stall) does not shut it out: it gets a few more requests and is then judged.
 # A real slow-down (a third of the speed) is far outside it.
 CONFIDENT_WEIGHT = 3.0
-OPTIMISM = 1.15
+OPTIMISM = 1.0
 
 
 class SpeedModel:
@@ -94,7 +95,7 @@ class Prediction:
     load: int  # in flight with this request added: what it was judged at
     e2e_s: float  # predicted end-to-end for n tokens (inf when unknown or full)
     marginal_s: float  # time this request adds to the requests already in flight
-    score_s: float  # what selection minimises: (e2e + marginal) x the error penalty (and optimism)
+    score_s: float  # what selection minimises: (decode time + marginal) x the error penalty (and optimism)
 
 
 def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
@@ -147,7 +148,8 @@ class Curve:
         e2e = (ttft or 0.0) + n_tokens * per_token
         marginal = in_flight * (n_tokens / 2.0) * b  # each other's remaining tokens, each b slower
         full = self.limit is not None and load > self.limit
-        score = math.inf if full else (e2e + marginal) * self.penalty
+        # Throughput is decode speed (OpenRouter's sense): TTFT is reported, ranked by `sort: latency`.
+        score = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
         return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
 
 
