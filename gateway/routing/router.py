@@ -114,7 +114,7 @@ class Router:
             if sample.outcome == Outcome.RATE_LIMITED:
                 model.rate_limited(sample.in_flight_at_start, self._clock())
             else:
-                model.observe(sample.in_flight_at_start, sample.decode_tps, sample.ttft_s, self._clock())
+                model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock())
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key)
 

@@ -2,7 +2,7 @@
 
 Per endpoint, three sources, most specific first:
 
-1. a local running fit (`SpeedModel`): 1/decode rate and TTFT against in-flight-at-start, least squares
+1. a local running fit (`SpeedModel`): 1/decode rate and TTFT against the load it ran under, least squares
    with exponential forgetting (~7 samples of memory, halved every 3 s; a sample after `FORGET_S` of
    silence starts afresh), so a slow-down shows within a few requests and a recovery from the first
    sample after a pause (the router explores a passed-over endpoint once it has gone stale);
@@ -104,9 +104,14 @@ def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
     return min(limits) if limits else None
 
 
-def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | None) -> tuple[float, float] | None:
+def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | None,
+          prior: float | None = None) -> tuple[float, float] | None:
     """(y at x=0, slope) from the local fit's level, else the shared one's; the slope from whichever
-    measured one (local first); else `default_slope` (None: relative 1% of the level)."""
+    measured one confidently (local first: fit.py `confident_slope`); else `default_slope` (None:
+    relative 1% of the level, or, if steeper, the line from `prior` -- the advertised figure, taken
+    as the endpoint alone -- to the level measured at load: an endpoint seen only when crowded (all
+    users piled on at start-up) is not judged slow at any load, it gets requests at low load and is
+    measured there)."""
     level = None
     for fit in (local, shared):
         if fit is not None and fit.w >= 0.5:
@@ -117,10 +122,12 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
     mx, my = level
     slope = None
     for fit in (local, shared):
-        if fit is not None and (slope := fit.slope()) is not None:
+        if fit is not None and (slope := fit.confident_slope()) is not None:
             break
     if slope is None:
         slope = DEFAULT_RELATIVE_SLOWDOWN * my if default_slope is None else default_slope
+        if prior is not None and mx >= 1.0:
+            slope = max(slope, (my - prior) / mx)
     slope = max(slope, 0.0)  # an endpoint never gets faster per user by sharing it
     if mx > 0:  # a steep fit through few points must not predict an unbounded rate at low load
         slope = min(slope, 0.8 * my / mx)
@@ -156,10 +163,11 @@ class Curve:
 def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
           shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None) -> Curve:
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
-    tps_line = _line(model.tps if model else None, shared_tps, None)
-    if tps_line is None and endpoint.advertised.tokens_per_second:
-        a = 1.0 / endpoint.advertised.tokens_per_second
-        tps_line = (a, DEFAULT_RELATIVE_SLOWDOWN * a)
+    advertised = endpoint.advertised.tokens_per_second
+    prior = 1.0 / advertised if advertised else None
+    tps_line = _line(model.tps if model else None, shared_tps, None, prior)
+    if tps_line is None and prior is not None:
+        tps_line = (prior, DEFAULT_RELATIVE_SLOWDOWN * prior)
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)

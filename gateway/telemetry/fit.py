@@ -1,7 +1,7 @@
 """Least-squares sums of a speed figure against load: the additive core of the speed-vs-load model.
 
-What it does: `LoadFit` keeps the five sums (weight, Σx, Σy, Σx², Σxy) of a straight-line fit of
-`y` against `x` = requests in flight when an attempt started. The telemetry buckets keep two per
+What it does: `LoadFit` keeps the six sums (weight, Σx, Σy, Σx², Σxy, Σy²) of a straight-line fit of
+`y` against `x` = requests in flight while an attempt ran (AttemptSample.load). The telemetry buckets keep two per
 endpoint -- `y` = 1/decode rate (s per token; close to linear in load on batched servers) and
 `y` = TTFT in seconds -- so fits merge exactly across buckets and replicas like every other field
 (Redis fields `f:<fit>:<sum>`). `scale()` gives exponential forgetting to a local running fit.
@@ -11,11 +11,15 @@ What it does not do: decide what a prediction is used for (routing/speed.py), or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 # Load must have varied by about half a request (variance in requests²) for a slope to be measurable.
 MIN_VARIANCE = 0.25
-SUMS = ("w", "sx", "sy", "sxx", "sxy")
+# A slope counts as measured once it is this many standard errors from zero: a slope fitted to noise
+# (a flat endpoint on a busy machine) would otherwise make a fast endpoint look slow at load.
+CONFIDENT_T = 2.0
+SUMS = ("w", "sx", "sy", "sxx", "sxy", "syy")
 
 
 class LoadFit:
@@ -24,8 +28,8 @@ class LoadFit:
     __slots__ = SUMS
 
     def __init__(self, w: float = 0.0, sx: float = 0.0, sy: float = 0.0, sxx: float = 0.0,
-                 sxy: float = 0.0) -> None:
-        self.w, self.sx, self.sy, self.sxx, self.sxy = w, sx, sy, sxx, sxy
+                 sxy: float = 0.0, syy: float = 0.0) -> None:
+        self.w, self.sx, self.sy, self.sxx, self.sxy, self.syy = w, sx, sy, sxx, sxy, syy
 
     def add(self, x: float, y: float, weight: float = 1.0) -> None:
         self.w += weight
@@ -33,6 +37,7 @@ class LoadFit:
         self.sy += weight * y
         self.sxx += weight * x * x
         self.sxy += weight * x * y
+        self.syy += weight * y * y
 
     def scale(self, factor: float) -> None:
         self.w *= factor
@@ -40,6 +45,7 @@ class LoadFit:
         self.sy *= factor
         self.sxx *= factor
         self.sxy *= factor
+        self.syy *= factor
 
     def merge(self, other: LoadFit) -> None:
         self.w += other.w
@@ -47,17 +53,18 @@ class LoadFit:
         self.sy += other.sy
         self.sxx += other.sxx
         self.sxy += other.sxy
+        self.syy += other.syy
 
     def subtract(self, other: LoadFit) -> None:
         self.merge(LoadFit(*(-v for v in other.state())))
         if self.w < 1e-9:  # nothing left: clear float residue
-            self.w = self.sx = self.sy = self.sxx = self.sxy = 0.0
+            self.w = self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
 
     def copy(self) -> LoadFit:
         return LoadFit(*self.state())
 
-    def state(self) -> tuple[float, float, float, float, float]:
-        return self.w, self.sx, self.sy, self.sxx, self.sxy
+    def state(self) -> tuple[float, float, float, float, float, float]:
+        return self.w, self.sx, self.sy, self.sxx, self.sxy, self.syy
 
     def fields(self, name: str) -> Iterator[tuple[str, float]]:
         """Redis hash fields (`f:<name>:<sum>`); all zero when empty, so then none."""
@@ -85,6 +92,21 @@ class LoadFit:
         if var < MIN_VARIANCE:
             return None
         return (self.sxy / self.w - mx * self.sy / self.w) / var
+
+    def confident_slope(self) -> float | None:
+        """The slope once it is `CONFIDENT_T` standard errors above zero (and over two samples' weight),
+        else None: noise must not pass for a slow-down with load, nor a flat fit through samples that
+        all ran at about one load for a measured "no slow-down"."""
+        slope = self.slope()
+        if slope is None or self.w <= 2.0:
+            return None
+        w = self.w
+        mx, my = self.sx / w, self.sy / w
+        var_x = self.sxx / w - mx * mx
+        var_y = self.syy / w - my * my
+        residual = max(0.0, var_y - slope * slope * var_x) * w / (w - 2.0)
+        se = math.sqrt(residual / (w * var_x))
+        return slope if slope > 0 and slope >= CONFIDENT_T * se else None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LoadFit) and self.state() == other.state()

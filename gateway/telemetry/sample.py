@@ -40,3 +40,13 @@ class AttemptSample:
     reasoning_tokens: int = 0
     cost_usd: float = 0.0
     in_flight_at_start: int = 0
+    # Others in flight when it ended; None where unknown. With the count at start it gives the load
+    # the attempt ran under (`load`): requests that all start at once each see few at start, many after.
+    in_flight_at_end: int | None = None
+
+    @property
+    def load(self) -> float:
+        """Others in flight while it ran: the mean of the counts at start and at end (start alone if unknown)."""
+        if self.in_flight_at_end is None:
+            return float(self.in_flight_at_start)
+        return (self.in_flight_at_start + self.in_flight_at_end) / 2.0

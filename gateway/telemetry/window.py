@@ -64,7 +64,7 @@ class Bucket:
         self.ttfat_ms = Sketch()
         self.decode_tps = Sketch()
         self.e2e_ms = Sketch()
-        # Speed against load (fit.py): 1/decode rate and TTFT (s) against in-flight at start.
+        # Speed against load (fit.py): 1/decode rate and TTFT (s) against the load each ran under.
         self.fit_tps = LoadFit()
         self.fit_ttft = LoadFit()
         self.newest: float | None = None  # newest sample time (not stored in Redis fields)
@@ -88,9 +88,9 @@ class Bucket:
         if s.decode_tps is not None:
             self.decode_tps.add(s.decode_tps)
             if s.decode_tps > 0:
-                self.fit_tps.add(s.in_flight_at_start, 1.0 / s.decode_tps)
+                self.fit_tps.add(s.load, 1.0 / s.decode_tps)
         if s.ttft_s is not None:
-            self.fit_ttft.add(s.in_flight_at_start, s.ttft_s)
+            self.fit_ttft.add(s.load, s.ttft_s)
         if o == _OK:
             self.e2e_ms.add(s.e2e_s * 1000.0)
         if self.newest is None or t > self.newest:

@@ -102,3 +102,13 @@ def test_error_rate_penalises(tmp_path: Path) -> None:
     ep = _endpoint(tmp_path, advertised={"tokens_per_second": 100})
     assert predict(ep, None, None, None, 0, 100, error_rate=0.2).score_s > \
         predict(ep, None, None, None, 0, 100).score_s * 1.3
+
+
+def test_seen_only_when_crowded_is_not_judged_slow_at_any_load(tmp_path: Path) -> None:
+    # Advertised 400 tok/s; every sample so far ran at ~8-11 others in flight, at ~50 tok/s.
+    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 400})
+    model = SpeedModel()
+    for t, n in enumerate([8, 9, 10, 11, 11]):
+        model.observe(n, 50.0, None, now=t * 0.01)
+    assert _tps(model, 9, ep) < 60  # where it was measured: as measured
+    assert _tps(model, 0, ep) > 150  # alone: between the brochure and that, so it is tried there
