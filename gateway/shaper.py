@@ -35,12 +35,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from gateway.background import Outage, cancel_and_wait
 from gateway.capacity import PRIORITIES
 from gateway.config import Endpoint, Provider
+from gateway.redisconn import REDIS_FAILURES, connect
 
 log = logging.getLogger("ultraroute.shaper")
 
@@ -125,7 +123,10 @@ class Shaper:
             b.stock_k = UNLIMITED if not tpm else b.stock_k
             self._buckets[p.name] = b
         self.sync_s = sync_s
-        self._redis = aioredis.from_url(redis_url, decode_responses=True) if redis_url and self._buckets else None
+        # Through the project's client factory (server, TLS, Sentinel, Cluster); no redis-py retries: a
+        # lease sent twice would draw the provider's stock twice.
+        self._redis = (connect(redis_url, timeout_s=0.5, decode_responses=True, retries=False)
+                       if redis_url and self._buckets else None)
         self._prefix = prefix
         self._lease = self._redis.register_script(LEASE_SCRIPT) if self._redis is not None else None
         self._task: asyncio.Task[None] | None = None
@@ -239,7 +240,7 @@ class Shaper:
         args += [b.rate_k, b.burst_k, want_k, give_k] if limited_k else [0, 0, 0, 0]
         try:
             grant = await self._lease(keys=[self.key(name)], args=args)  # type: ignore[misc]
-        except (RedisError, OSError) as exc:
+        except REDIS_FAILURES as exc:
             self.outage.failed(exc)
             b.refilled = time.monotonic()  # local refill from now on, not for the time before
             return
