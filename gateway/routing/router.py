@@ -101,9 +101,11 @@ class Router:
         self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
 
     def carry_over(self, old: Router) -> None:
-        """After a reload: keep what `old` learnt (load models, conversations' endpoints), by endpoint key."""
+        """After a reload: keep what `old` learnt (speed-vs-load models and capacities learned from
+        429s, when stale endpoints were explored, conversations' endpoints), by endpoint key."""
         self.sessions = old.sessions
-        self._load = old._load
+        self._speed = old._speed
+        self._explored = old._explored
 
     # -- learning from what happened -----------------------------------------------------------
     def observe(self, sample: AttemptSample, session_key: str | None = None) -> None:
