@@ -196,6 +196,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     app = GatewayApp(title="Ultraroute", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     dashboard_page = load_page()
 
+    apis_by_path = {api.path: api for api in CLIENT_APIS}
+
     async def refuse_overloaded(scope: Scope, receive: Receive, send: Send) -> None:
         """Past `max_in_flight`: 503 at once, counted, logged; no upstream is called or blamed."""
         overloaded = Overloaded(config.gateway.max_in_flight)
@@ -203,9 +205,11 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         if request_id is None:  # the fast completion route: refused before its handler ran
             request_id, send = assign_request_id(scope, send)
         services: Services = app.state.services
-        services.metrics.overloaded()
-        services.access_log.failed(request_id, overloaded)
-        await render_error(overloaded)(scope, receive, send)
+        api = apis_by_path.get(scope["path"])  # refused in its own API's shape and counted under its name
+        api_name = api.name if api is not None else "chat"
+        services.metrics.overloaded(api_name)
+        services.access_log.failed(request_id, overloaded, api=api_name)
+        await render_error(overloaded, api)(scope, receive, send)
 
     # One count for the fast completion route and FastAPI's other client API routes.
     admission = Admission(config.gateway.max_in_flight, refuse_overloaded)

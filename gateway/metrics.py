@@ -248,10 +248,10 @@ class Metrics:
     def event_loop_lag(self, seconds: float) -> None:
         self._lag.observe(seconds)
 
-    def overloaded(self) -> None:
+    def overloaded(self, api: str = "chat") -> None:
         """One request refused for overload; also counted in rejected{reason="overloaded"}."""
         self._overloaded.inc()
-        self._rejected.labels("overloaded").inc()
+        self.rejected("overloaded", api)
 
     def queue(self, endpoint_key: str, depth: int, waited_s: float | None) -> None:
         """An endpoint's queue changed (shaper.py): its depth now, and the wait of a request leaving it."""
