@@ -70,7 +70,8 @@ class HealthBoard:
         self._clock = clock
         self._states: dict[str, _State] = {}
         self.on_change: Callable[[Endpoint, bool], None] | None = None  # (endpoint, circuit open)
-        # endpoint key -> (reason or None when closed, wall-clock end): for other replicas to learn
+        # endpoint key -> (reason, wall-clock end) or (None, wall-clock time it closed): for other
+        # replicas to learn (health_share.py)
         self._changes: dict[str, tuple[str | None, float]] = {}
 
     def _state(self, key: str) -> _State:
@@ -196,6 +197,19 @@ class HealthBoard:
             if first and self.on_change is not None:
                 self.on_change(endpoint, True)
 
+    def apply_remote_close(self, endpoint: Endpoint, closed_wall: float) -> None:
+        """Another replica's probe (or request) found this endpoint well again at `closed_wall`.
+
+        Closes a circuit opened before then, so every replica comes back together rather than each
+        waiting for a probe of its own (the shared probe lock lets one replica probe at a time). A
+        circuit this replica opened after that moment has newer evidence and stays open."""
+        state = self._states.get(endpoint.key)
+        if state is None or not state.open_until or state.probing:
+            return
+        opened_wall = time.time() - (self._clock() - state.opened_at)
+        if opened_wall <= closed_wall:
+            self._close(endpoint, state, share=False)
+
     # -- internals -----------------------------------------------------------------------------
     def _trips(self, state: _State) -> bool:
         s = self.settings
@@ -239,14 +253,15 @@ class HealthBoard:
             if self.on_change is not None:
                 self.on_change(endpoint, True)
 
-    def _close(self, endpoint: Endpoint, state: _State) -> None:
+    def _close(self, endpoint: Endpoint, state: _State, share: bool = True) -> None:
         state.open_until = 0.0
         state.open_reason = ""
         state.consecutive = 0
         state.recent.clear()
         state.ewma_ttft_ms = state.ewma_tps = None
         state.slo_samples = 0
-        self._changes[endpoint.key] = (None, 0.0)
+        if share:
+            self._changes[endpoint.key] = (None, time.time())
         log.warning("endpoint %s restored", endpoint.key)
         if self.on_change is not None:
             self.on_change(endpoint, False)

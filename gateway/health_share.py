@@ -3,7 +3,9 @@
 When this replica opens a circuit, demotes an endpoint for its SLO, or is told by a 429 to cool
 down, `HealthBoard` notes it; every `interval_s` this task writes those notes to Redis (one key per
 endpoint, expiring when the state does) and reads every endpoint's key back, so each replica skips
-what any replica found broken. A closed circuit deletes its key. The request path never waits on
+what any replica found broken. A closed circuit replaces its key by the time it closed (kept for
+`max_open_s`, after which no circuit opened before it can still be open), and every replica closes a
+circuit it opened before then: one replica's probe brings all of them back. The request path never waits on
 Redis: it reads the board, which this task updates. Redis down: logged once, state stays local, and
 sharing resumes when it answers.
 """
@@ -61,8 +63,9 @@ class HealthSharing:
             if changes:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for key, (reason, until) in changes.items():
-                        if reason is None:
-                            pipe.delete(f"{self.prefix}:{key}")
+                        if reason is None:  # closed at `until`
+                            pipe.set(f"{self.prefix}:{key}", orjson.dumps({"closed": until}),
+                                     px=max(1, int(self.board.settings.max_open_s * 1000)))
                         elif until > now:
                             pipe.set(f"{self.prefix}:{key}", orjson.dumps({"reason": reason, "until": until}),
                                      px=max(1, int((until - now) * 1000)))
@@ -72,6 +75,10 @@ class HealthSharing:
             raise
         notes = await self._redis.mget([f"{self.prefix}:{k}" for k in keys])
         for key, raw in zip(keys, notes, strict=True):
-            if raw is not None:
-                note = orjson.loads(raw)
+            if raw is None:
+                continue
+            note = orjson.loads(raw)
+            if "closed" in note:
+                self.board.apply_remote_close(self.endpoints[key], float(note["closed"]))
+            else:
                 self.board.apply_remote(self.endpoints[key], str(note["reason"]), float(note["until"]))
