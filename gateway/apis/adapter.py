@@ -13,7 +13,7 @@ see the network, so the relay's internals can change under them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
@@ -82,3 +82,25 @@ class ClientApi:
 def sse_event(name: str, payload: bytes) -> bytes:
     """A named server-sent event: Responses and Messages streams name each event by its type."""
     return b"event: " + name.encode() + b"\ndata: " + payload + b"\n\n"
+
+
+def answer_pieces(chunks: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """What a batch of chat-completion chunks adds to the answer, in order, for the stream renderers:
+    ("usage", dict), ("reasoning", str), ("text", str), ("tool_call", the chunk's call dict),
+    ("finish", finish_reason). Only choice 0: the translated APIs have one answer per response."""
+    for chunk in chunks:
+        if chunk.get("usage"):
+            yield "usage", chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                yield "reasoning", reasoning
+            if delta.get("content"):
+                yield "text", delta["content"]
+            for call in delta.get("tool_calls") or ():
+                yield "tool_call", call
+            if choice.get("finish_reason"):
+                yield "finish", choice["finish_reason"]

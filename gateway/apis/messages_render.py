@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway.apis.adapter import sse_event
+from gateway.apis.adapter import answer_pieces, sse_event
 from gateway.errors import GatewayError, anthropic_error_object
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
@@ -112,34 +112,29 @@ class MessagesStream:
 
     def feed(self, chunks: list[dict[str, Any]]) -> bytes:
         out: list[bytes] = []
-        for chunk in chunks:
-            if chunk.get("usage"):
-                self._usage = chunk["usage"]
-            for choice in chunk.get("choices") or ():
-                if choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                text = delta.get("content")
-                if text:
-                    if self._open is None or self._open.kind != "text":
-                        out += self._start_block("text", {"type": "text", "text": ""})
-                    assert self._open is not None
+        for kind, value in answer_pieces(chunks):
+            if kind == "usage":
+                self._usage = value
+            elif kind == "finish":
+                self._finish = value
+            elif kind == "text":
+                if self._open is None or self._open.kind != "text":
+                    out += self._start_block("text", {"type": "text", "text": ""})
+                assert self._open is not None
+                out.append(self._event("content_block_delta", index=self._open.index,
+                                       delta={"type": "text_delta", "text": value}))
+            elif kind == "tool_call":
+                if self._open is None or self._open.tool_index != value.get("index", 0):
+                    function = value.get("function") or {}
+                    block = {"type": "tool_use", "id": value.get("id") or f"toolu_{os.urandom(8).hex()}",
+                             "name": function.get("name") or "", "input": {}}
+                    out += self._start_block("tool_use", block, value.get("index", 0))
+                assert self._open is not None
+                arguments = (value.get("function") or {}).get("arguments")
+                if arguments:
                     out.append(self._event("content_block_delta", index=self._open.index,
-                                           delta={"type": "text_delta", "text": text}))
-                for call in delta.get("tool_calls") or ():
-                    if self._open is None or self._open.tool_index != call.get("index", 0):
-                        function = call.get("function") or {}
-                        block = {"type": "tool_use", "id": call.get("id") or f"toolu_{os.urandom(8).hex()}",
-                                 "name": function.get("name") or "", "input": {}}
-                        out += self._start_block("tool_use", block, call.get("index", 0))
-                    assert self._open is not None
-                    arguments = (call.get("function") or {}).get("arguments")
-                    if arguments:
-                        out.append(self._event("content_block_delta", index=self._open.index,
-                                               delta={"type": "input_json_delta", "partial_json": arguments}))
-                if choice.get("finish_reason"):
-                    self._finish = choice["finish_reason"]
-        return b"".join(out)
+                                           delta={"type": "input_json_delta", "partial_json": arguments}))
+        return b"".join(out)  # reasoning is not rendered (see the module docstring)
 
     def finish(self) -> bytes:
         out = self._close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.apis.adapter import sse_event
+from gateway.apis.adapter import answer_pieces, sse_event
 from gateway.errors import GatewayError
 
 
@@ -212,36 +212,30 @@ class ResponsesStream:
 
     def feed(self, chunks: list[dict[str, Any]]) -> bytes:
         out: list[bytes] = []
-        for chunk in chunks:
-            if chunk.get("usage"):
-                self._usage = chunk["usage"]
-            for choice in chunk.get("choices") or ():
-                if choice.get("index", 0) != 0:
-                    continue  # the Responses API has one answer per response
-                delta = choice.get("delta") or {}
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                if reasoning:
-                    self._reasoning.append(reasoning)
-                if delta.get("content"):
-                    if self._open is None or self._open.kind != "message":
-                        out += self._open_message()
-                    assert self._open is not None
-                    self._open.text.append(delta["content"])
-                    out.append(self._event("response.output_text.delta", item_id=self._open.item["id"],
-                                           output_index=self._open.index, content_index=0, delta=delta["content"],
-                                           logprobs=[]))
-                for call in delta.get("tool_calls") or ():
-                    if self._open is None or self._open.tool_index != call.get("index", 0):
-                        out += self._open_call(call)
-                    assert self._open is not None
-                    arguments = (call.get("function") or {}).get("arguments")
-                    if arguments:
-                        self._open.text.append(arguments)
-                        out.append(self._event("response.function_call_arguments.delta",
-                                               item_id=self._open.item["id"], output_index=self._open.index,
-                                               delta=arguments))
-                if choice.get("finish_reason"):
-                    self._finish = choice["finish_reason"]
+        for kind, value in answer_pieces(chunks):
+            if kind == "usage":
+                self._usage = value
+            elif kind == "finish":
+                self._finish = value
+            elif kind == "reasoning":
+                self._reasoning.append(value)
+            elif kind == "text":
+                if self._open is None or self._open.kind != "message":
+                    out += self._open_message()
+                assert self._open is not None
+                self._open.text.append(value)
+                out.append(self._event("response.output_text.delta", item_id=self._open.item["id"],
+                                       output_index=self._open.index, content_index=0, delta=value, logprobs=[]))
+            elif kind == "tool_call":
+                if self._open is None or self._open.tool_index != value.get("index", 0):
+                    out += self._open_call(value)
+                assert self._open is not None
+                arguments = (value.get("function") or {}).get("arguments")
+                if arguments:
+                    self._open.text.append(arguments)
+                    out.append(self._event("response.function_call_arguments.delta",
+                                           item_id=self._open.item["id"], output_index=self._open.index,
+                                           delta=arguments))
         return b"".join(out)
 
     def finish(self) -> bytes:
