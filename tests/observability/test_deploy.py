@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import load_catalogue
 from gateway.simulator.config import load_sim_config
-from tests.harness import ROOT, GatewayProcess
+from tests.harness import ROOT, GatewayProcess, ensure_binary
 
 COMPOSE = ROOT / "docker-compose.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "ultraroute.json"
@@ -119,9 +117,10 @@ def test_compose_catalogue_and_simulator_agree() -> None:
         assert match and int(match.group(1)) in ports, provider.base_url
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_prometheus_config() -> None:
-    result = subprocess.run(["promtool", "check", "config", str(ROOT / "deploy/prometheus/prometheus.yml")],
+    # Installed like the Prometheus server the other tests start (Debian's package ships both).
+    promtool = ensure_binary("promtool", "prometheus")
+    result = subprocess.run([promtool, "check", "config", str(ROOT / "deploy/prometheus/prometheus.yml")],
                             capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
