@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config import Endpoint
+from gateway.telemetry.bucket import ENDPOINT_FAULTS, Bucket
 from gateway.telemetry.sketch import Sketch
 from gateway.telemetry.stats import EndpointStats
-from gateway.telemetry.window import ENDPOINT_FAULTS, Bucket
 
 
 def endpoint_json(endpoint: Endpoint, stats: EndpointStats) -> dict[str, Any]:

@@ -9,12 +9,13 @@ This package does not decide anything about routing and does not export metrics 
 
 from __future__ import annotations
 
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.redis_store import RedisStore
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.sketch import Sketch
 from gateway.telemetry.stats import EndpointStats, Percentiles, TokenTotals
 from gateway.telemetry.store import MemoryStore, StoreBase, TelemetryStore
-from gateway.telemetry.window import Bucket, EndpointWindows
+from gateway.telemetry.window import EndpointWindows
 
 __all__ = [
     "AttemptSample",

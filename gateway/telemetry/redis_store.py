@@ -42,6 +42,7 @@ import uuid
 from typing import Any
 
 from gateway.redisconn import REDIS_FAILURES, AnyRedis, connect, ensure_connected
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.redis_view import RemoteView
 from gateway.telemetry.redis_wire import (
     DEDUP_TTL_S,
@@ -55,7 +56,7 @@ from gateway.telemetry.redis_wire import (
 )
 from gateway.telemetry.sample import AttemptSample
 from gateway.telemetry.store import DEFAULT_CACHE_TTL_S, DEFAULT_EWMA_ALPHA, Clock, StoreBase
-from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, Bucket, EndpointWindows
+from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, EndpointWindows
 
 logger = logging.getLogger("ultraroute.telemetry")
 

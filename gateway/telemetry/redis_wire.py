@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.redisconn import hash_tag
-from gateway.telemetry.window import Bucket, EndpointWindows
+from gateway.telemetry.bucket import Bucket
+from gateway.telemetry.window import EndpointWindows
 
 REPLICA_TTL_S = 60
 LATE_KEEP_S = 120.0

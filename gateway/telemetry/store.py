@@ -20,15 +20,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.stats import EndpointStats
-from gateway.telemetry.window import (
-    DEFAULT_BUCKET_S,
-    DEFAULT_MAX_WINDOW_S,
-    Bucket,
-    EndpointWindows,
-    summarize,
-)
+from gateway.telemetry.window import DEFAULT_BUCKET_S, DEFAULT_MAX_WINDOW_S, EndpointWindows, summarize
 
 logger = logging.getLogger("ultraroute.telemetry")
 

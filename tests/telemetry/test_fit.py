@@ -2,9 +2,9 @@
 
 import pytest
 
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.fit import LoadFit
 from gateway.telemetry.sample import AttemptSample, Outcome
-from gateway.telemetry.window import Bucket
 
 
 def test_fit_recovers_a_line_and_merges_exactly() -> None:

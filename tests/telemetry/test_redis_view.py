@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.redis_view import ReadPlanner, RemoteView
 from gateway.telemetry.redis_wire import READ_SCRIPT, KeyLayout
-from gateway.telemetry.window import Bucket, EndpointWindows
+from gateway.telemetry.window import EndpointWindows
 
 BUCKET_S = 10.0
 NOW = 1_000_005.0  # 5 s into bucket 100_000; bucket 99_999 has settled (settle_s = 2)

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from gateway.redisconn import connect
+from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.redis_wire import (
     DEDUP_TTL_S,
     LATE_KEEP_S,
@@ -23,7 +24,7 @@ from gateway.telemetry.redis_wire import (
     split_batch,
     sum_in_flight,
 )
-from gateway.telemetry.window import Bucket, EndpointWindows
+from gateway.telemetry.window import EndpointWindows
 
 from .conftest import build_sample
 
