@@ -112,7 +112,7 @@ def _log_line(gw: GatewayProcess, request_id: str) -> dict[str, Any]:
         time.sleep(0.05)
 
 
-def test_open_circuit_is_probed_one_at_a_time_and_recovers_within_seconds(redis_url: str) -> None:
+def test_open_circuit_is_probed_one_at_a_time_and_recovers_within_seconds(server_redis_url: str) -> None:
     """Down (hanging) for 20 s, then healthy, with two replicas sharing Redis and a request every ~0.25 s."""
     with SimProcess(make_sim_config({"down": dict(PROFILE), "std": dict(PROFILE)})) as sim:
         down = {"sim": "down", "id": "down", "tier": "fast", "first_token_budget_s": 1.0}
@@ -122,7 +122,9 @@ def test_open_circuit_is_probed_one_at_a_time_and_recovers_within_seconds(redis_
         # A probe of a hanging endpoint lasts its 1 s first-token budget: with a probe every ~1 s from
         # each replica, two would overlap most of the time without the lock.
         catalogue["health"] = {"probe_interval_s": 1.0}
-        env = {"REDIS_URL": redis_url}
+        # One Redis server: the probe lock and health sharing are proved on a Redis Cluster by
+        # test_health_probe.py and test_health_share.py; this test is about time and costs ~25 s a run.
+        env = {"REDIS_URL": server_redis_url}
         body = {"model": "m", "messages": USER, "speed": "fast"}
         with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
             sim.patch("down", faults={"hang_rate": 1.0})

@@ -48,13 +48,15 @@ async def _priorities(url: str) -> list[str]:
     return done
 
 
-def test_rate_limited_provider_is_paced_across_replicas_and_spills(redis_url: str) -> None:
+def test_rate_limited_provider_is_paced_across_replicas_and_spills(server_redis_url: str) -> None:
     config = make_sim_config({"limited": {**PROFILE, "requests_per_minute": 60}, "other": dict(PROFILE)})
     with SimProcess(config) as sim:
         catalogue = catalogue_for(sim, {"m": [{"sim": "limited", "id": "limited"}, {"sim": "other", "id": "other"}]},
                                   gateway={"redis_key_prefix": f"shape-{uuid.uuid4().hex[:8]}"})
         catalogue["providers"]["limited"]["rate_limits"] = {"requests_per_minute": 60}
-        env = {"REDIS_URL": redis_url}
+        # One Redis server: the shaper's buckets are proved on a Redis Cluster by test_shaper.py; this
+        # end-to-end run is about pacing over time and costs ~14 s a run.
+        env = {"REDIS_URL": server_redis_url}
         with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
             started = time.monotonic()
             urls = [f"{gw.base_url}/chat/completions" for gw in (a, b)]

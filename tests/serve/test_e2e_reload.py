@@ -24,7 +24,7 @@ from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
 
 FAST = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 4}
-SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 10, "output_tokens": 150, "tick_ms": 100}
+SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 30, "output_tokens": 150, "tick_ms": 100}
 USER = [{"role": "user", "content": "Hello"}]
 ADMIN_KEY = "admin-" + "r" * 30
 http = httpx.Client(timeout=60)  # generous: the machine may be busy, and no assertion here is about time
