@@ -54,6 +54,7 @@ class _State:
     recent: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failure
     open_until: float = 0.0
     opened_at: float = 0.0  # when this open period began (a failed half-open request starts a new one)
+    failed_at: float = 0.0  # the last failure this replica saw while open (a failed background probe)
     open_reason: str = ""
     probing: bool = False
     cooldown_until: float = 0.0
@@ -167,6 +168,7 @@ class HealthBoard:
         if ok:
             self._close(endpoint, state)
             return
+        state.failed_at = self._clock()
         until = min(self._clock() + self.settings.open_s, state.opened_at + self.settings.max_open_s)
         if until > state.open_until:
             self._changes[endpoint.key] = (state.open_reason, time.time() + until - self._clock())
@@ -202,12 +204,13 @@ class HealthBoard:
 
         Closes a circuit opened before then, so every replica comes back together rather than each
         waiting for a probe of its own (the shared probe lock lets one replica probe at a time). A
-        circuit this replica opened after that moment has newer evidence and stays open."""
+        circuit this replica opened (or saw a probe fail) after that moment has newer evidence and
+        stays open."""
         state = self._states.get(endpoint.key)
         if state is None or not state.open_until or state.probing:
             return
-        opened_wall = time.time() - (self._clock() - state.opened_at)
-        if opened_wall <= closed_wall:
+        evidence_wall = time.time() - (self._clock() - max(state.opened_at, state.failed_at))
+        if evidence_wall <= closed_wall:
             self._close(endpoint, state, share=False)
 
     # -- internals -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from gateway.health import BreakerSettings, HealthBoard
@@ -107,3 +108,24 @@ def test_cooldown_left(tmp_path: Path) -> None:
     board.cool_down(e, 2.0)
     clock.now += 0.5
     assert board.cooldown_left(e) == 1.5
+
+
+def test_a_shared_close_closes_only_circuits_with_older_evidence(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+    board = HealthBoard(BreakerSettings(failure_threshold=1, open_s=30))
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))
+    board.apply_remote_close(e, time.time() - 5)  # closed elsewhere before this replica's circuit opened
+    assert board.blocked(e) == "circuit_open"
+    closed_at = time.time()
+    board.apply_remote_close(e, closed_at)
+    assert board.blocked(e) is None and not board.is_open(e)
+    assert board.take_changes()[e.key][0] == "circuit_open"  # its own open is shared; the close is not echoed
+
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))  # open again
+    assert board.begin_probe(e)
+    closed_at = time.time()  # another replica's probe closes it while this replica's probe is out
+    board.apply_remote_close(e, closed_at)
+    assert board.blocked(e) == "circuit_open"  # not while its own probe is in flight
+    board.end_probe(e, ok=False)  # ... which then fails: newer evidence than the other's close
+    board.apply_remote_close(e, closed_at)
+    assert board.blocked(e) == "circuit_open"
