@@ -31,7 +31,7 @@ from gateway.policy import Sort
 from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
-from gateway.routing.speed import Curve, SpeedModel, curve
+from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, SpeedModel, curve
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -278,9 +278,12 @@ class Router:
         of two. If every one is at its limit, the cached order's first."""
         scored = []
         in_flight_of = self.telemetry.in_flight
-        for c in ranked.live:
-            in_flight = in_flight_of(c.endpoint.key)
-            p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens)
+        loads = [in_flight_of(c.endpoint.key) for c in ranked.live]
+        # An endpoint known only by its claims takes a trial share: a few, or an even split of the
+        # load with this request (speed.TRIAL_CONCURRENCY), until it has been measured.
+        trial = max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
+        for c, in_flight in zip(ranked.live, loads, strict=True):
+            p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens, trial)
             scored.append((p.score_s, c.tier_rank, in_flight, p, c))
         best = min(s[0] for s in scored)
         if best == float("inf"):
@@ -334,7 +337,7 @@ class Router:
     def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
         """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
         `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
-        that, whatever the traffic -- and otherwise by chance (`explore_rate`)."""
+        that, whatever the traffic; with other sorts a stale one by chance (`explore_rate`)."""
         # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
         cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
@@ -349,7 +352,9 @@ class Router:
             if due and not self.telemetry.in_flight(key):
                 self._explored[key] = now
                 return c
-        if self._rng.random() < self.settings.explore_rate:
+        # With `sort: throughput` the visits above are enough; a random extra visit to an endpoint
+        # passed over for being slow costs a request its whole answer at that speed.
+        if not ranked.live_choice and self._rng.random() < self.settings.explore_rate:
             stale = [c for c in ranked.stale if c is not default]
             if stale:
                 return self._rng.choice(stale)

@@ -45,6 +45,16 @@ ERROR_PENALTY = 2.0
 # A real slow-down (a third of the speed) is far outside it.
 CONFIDENT_WEIGHT = 3.0
 OPTIMISM = 1.0
+# Trust but verify: an endpoint never measured (its speed is only the catalogue's claim) is sent at
+# most this many requests at once, or its fair share of what is in flight, until its first sample.
+# Otherwise a burst at start-up goes wholly to whichever endpoint advertises the most (a false claim
+# of 500 tok/s took a whole first wave of 24 users), and that wave is the tail of the whole run.
+TRIAL_CONCURRENCY = 2
+# A claim the measurements contradict is dropped: the advertised rate anchors the curve at low load
+# only while the measured rate is within what a steep slow-down (this much per extra user) from the
+# claim would give. A tier that falls from 700 to 330 tok/s at 6 users keeps its claim; one that
+# delivers 70 where it claims 500 does not.
+PLAUSIBLE_SLOWDOWN = 0.5
 
 
 class SpeedModel:
@@ -109,9 +119,9 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
     """(y at x=0, slope) from the local fit's level, else the shared one's; the slope from whichever
     measured one confidently (local first: fit.py `confident_slope`); else `default_slope` (None:
     relative 1% of the level, or, if steeper, the line from `prior` -- the advertised figure, taken
-    as the endpoint alone -- to the level measured at load: an endpoint seen only when crowded (all
-    users piled on at start-up) is not judged slow at any load, it gets requests at low load and is
-    measured there)."""
+    as the endpoint alone -- to the level measured at load, unless the measurement contradicts the
+    claim (PLAUSIBLE_SLOWDOWN): an endpoint seen only when crowded is not judged slow at any load, it
+    gets requests at low load and is measured there)."""
     level = None
     for fit in (local, shared):
         if fit is not None and fit.w >= 0.5:
@@ -126,7 +136,7 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
             break
     if slope is None:
         slope = DEFAULT_RELATIVE_SLOWDOWN * my if default_slope is None else default_slope
-        if prior is not None and mx >= 1.0:
+        if prior is not None and mx >= 1.0 and my <= prior * (1.0 + PLAUSIBLE_SLOWDOWN * mx):
             slope = max(slope, (my - prior) / mx)
     slope = max(slope, 0.0)  # an endpoint never gets faster per user by sharing it
     if mx > 0:  # a steep fit through few points must not predict an unbounded rate at low load
@@ -143,9 +153,11 @@ class Curve:
     ttft: tuple[float, float] | None  # TTFT s = a + b x load
     limit: int | None  # max concurrency (catalogue or learned)
     penalty: float  # 1 + ERROR_PENALTY x error rate, / OPTIMISM while few local samples
+    claimed: bool = False  # the speed is the catalogue's claim only: never measured (TRIAL_CONCURRENCY)
 
-    def predict(self, in_flight: int, n_tokens: int) -> Prediction:
-        """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc)."""
+    def predict(self, in_flight: int, n_tokens: int, trial_limit: int | None = None) -> Prediction:
+        """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc).
+        `trial_limit`: the most a `claimed` endpoint may take now (the router's fair share)."""
         load = in_flight + 1
         ttft = None if self.ttft is None else self.ttft[0] + self.ttft[1] * load
         if self.tps is None:
@@ -154,7 +166,8 @@ class Curve:
         per_token = a + b * load
         e2e = (ttft or 0.0) + n_tokens * per_token
         marginal = in_flight * (n_tokens / 2.0) * b  # each other's remaining tokens, each b slower
-        full = self.limit is not None and load > self.limit
+        full = (self.limit is not None and load > self.limit) or \
+            (self.claimed and trial_limit is not None and load > trial_limit)
         # Throughput is decode speed (OpenRouter's sense): TTFT is reported, ranked by `sort: latency`.
         score = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
         return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
@@ -166,6 +179,7 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
     tps_line = _line(model.tps if model else None, shared_tps, None, prior)
+    claimed = tps_line is None
     if tps_line is None and prior is not None:
         tps_line = (prior, DEFAULT_RELATIVE_SLOWDOWN * prior)
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
@@ -174,7 +188,7 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     penalty = 1.0 + ERROR_PENALTY * error_rate
     if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT:
         penalty /= OPTIMISM
-    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty)
+    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed)
 
 
 def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,

@@ -128,6 +128,24 @@ def test_load_awareness_spreads_near_equal_endpoints(tmp_path: Path) -> None:
     assert counts["b"] >= 10 and counts["a/standard"] >= counts["b"]  # the faster takes more, not all
 
 
+def test_a_burst_is_not_piled_onto_an_endpoint_known_only_by_its_claims(tmp_path: Path) -> None:
+    # Nothing measured yet; "claims" advertises five times the others' speed. The first burst is
+    # spread (each unmeasured endpoint takes an even share), not sent wholly to the claim.
+    cat = catalogue(tmp_path, [endpoint("claims", advertised={"tokens_per_second": 500}),
+                               endpoint("b", advertised={"tokens_per_second": 100}),
+                               endpoint("c", advertised={"tokens_per_second": 100})])
+    r, store = router(cat)
+    chosen = []
+    for _ in range(24):
+        endpoint_id = first(r, Preferences(sort=Sort.THROUGHPUT))
+        chosen.append(endpoint_id)
+        store.begin(f"m/{endpoint_id}")
+    assert Counter(chosen)["claims/standard"] <= 8, Counter(chosen)
+    # Once measured, the speed it really has decides, not the trial share.
+    feed(r, store, "m/claims/standard", tps=500, n=3)
+    assert first(r, Preferences(sort=Sort.THROUGHPUT)) == "claims/standard"
+
+
 def test_sticky_sessions(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a", price={"input": 1, "cached_input": 0.1, "output": 1}),
                                endpoint("b", price={"input": 1, "cached_input": 0.1, "output": 1})])
