@@ -19,6 +19,7 @@ through the store's cached view; nothing here does I/O.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from gateway.policy import Sort
 from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
-from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, SpeedModel, curve
+from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, Prediction, SpeedModel, curve
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -64,6 +65,10 @@ def split_suffix(model: str) -> tuple[str, str | None]:
 class _Static:
     eligible: tuple[tuple[Endpoint, int], ...]  # endpoint, tier rank
     excluded: tuple[Exclusion, ...]
+
+
+# A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
+_Scored = tuple[float, int, int, Prediction, Candidate]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,10 @@ class Router:
             if sample.outcome == Outcome.RATE_LIMITED:
                 model.rate_limited(sample.in_flight_at_start, self._clock())
             else:
+                first = model.tps.w < 0.5 and sample.decode_tps is not None
                 model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock())
+                if first:  # its first measured speed replaces a claim: do not wait for the ranking's TTL
+                    self._ranked.clear()
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key)
 
@@ -151,9 +159,13 @@ class Router:
         if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking.
-        chosen = self._choose(head, prefs, session, explicit)
-        i = head.index[chosen.endpoint.key]
-        candidates = (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
+        scored = self._score_live(head) if head.live_choice and head.live else None
+        chosen = self._choose(head, prefs, session, explicit, scored)
+        if scored is None:
+            i = head.index[chosen.endpoint.key]
+            candidates = (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
+        else:
+            candidates = (chosen, *self._fallback_order(head, scored, chosen))
         for part in parts[1:]:
             candidates += part.candidates
         strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
@@ -251,7 +263,8 @@ class Router:
         )
         return ranked
 
-    def _choose(self, ranked: _Ranked, prefs: Preferences, session: str | None, explicit: bool) -> Candidate:
+    def _choose(self, ranked: _Ranked, prefs: Preferences, session: str | None, explicit: bool,
+                scored: list[_Scored] | None) -> Candidate:
         """The first candidate, chosen now: sticky, explored, or the best with live load."""
         default = ranked.candidates[0]
         sticky = self._sticky(ranked, session, explicit, prefs)
@@ -263,19 +276,16 @@ class Router:
             explored = self._explore(ranked, default)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
-        if prefs.sort is Sort.THROUGHPUT and ranked.live:
-            return self._fastest_now(ranked)
+        if scored is not None and prefs.sort is Sort.THROUGHPUT:
+            return self._fastest_now(ranked, scored)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
         if prefs.sort is None:
             return self._cheap_weighted(ranked.lead)
         return self._best_of_head(ranked.lead[: self.settings.head_size], prefs.sort)
 
-    def _fastest_now(self, ranked: _Ranked) -> Candidate:
-        """Throughput: re-predict the live candidates at their load as of now (the ranking is up to
-        250 ms old) and take the least predicted time plus marginal cost; within `near_equal` of it
-        the lowest tier rank (a premium tier asked for while it is not slower), then the less loaded
-        of two. If every one is at its limit, the cached order's first."""
+    def _score_live(self, ranked: _Ranked) -> list[_Scored]:
+        """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
         scored = []
         in_flight_of = self.telemetry.in_flight
         loads = [in_flight_of(c.endpoint.key) for c in ranked.live]
@@ -285,6 +295,24 @@ class Router:
         for c, in_flight in zip(ranked.live, loads, strict=True):
             p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens, trial)
             scored.append((p.score_s, c.tier_rank, in_flight, p, c))
+        return scored
+
+    def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:
+        """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
+        candidates by their score now, tier group first, those at their limit last; then the rest in
+        the cached order. Not the cached order alone: it can be 250 ms old and put a claim first
+        that has since taken its trial share."""
+        key = chosen.endpoint.key
+        live = sorted((s for s in scored if s[4].endpoint.key != key),
+                      key=lambda s: (s[0] == math.inf, s[1], s[0]))
+        seen = {key, *(s[4].endpoint.key for s in live)}
+        return (*(s[4] for s in live), *(c for c in ranked.candidates if c.endpoint.key not in seen))
+
+    def _fastest_now(self, ranked: _Ranked, scored: list[_Scored]) -> Candidate:
+        """Throughput: the least predicted time plus marginal cost among the live candidates
+        (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
+        while it is not slower), then the less loaded of two. If every one is at its limit, the
+        cached order's first."""
         best = min(s[0] for s in scored)
         if best == float("inf"):
             return ranked.candidates[0]

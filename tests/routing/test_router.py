@@ -146,6 +146,19 @@ def test_a_burst_is_not_piled_onto_an_endpoint_known_only_by_its_claims(tmp_path
     assert first(r, Preferences(sort=Sort.THROUGHPUT)) == "claims/standard"
 
 
+def test_fallback_after_the_choice_is_by_score_now_with_a_claim_at_its_trial_share_last(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("x", advertised={"tokens_per_second": 100}),
+                               endpoint("claims", advertised={"tokens_per_second": 500}),
+                               endpoint("y", advertised={"tokens_per_second": 100})])
+    r, store = router(cat)
+    feed(r, store, "m/x/standard", tps=200)
+    feed(r, store, "m/y/standard", tps=150)
+    for _ in range(5):
+        store.begin("m/claims/standard")  # never measured, and already holding more than a trial share
+    plan = r.plan(chat(), Preferences(sort=Sort.THROUGHPUT))
+    assert [c.endpoint.id for c in plan.candidates] == ["x/standard", "y/standard", "claims/standard"]
+
+
 def test_sticky_sessions(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a", price={"input": 1, "cached_input": 0.1, "output": 1}),
                                endpoint("b", price={"input": 1, "cached_input": 0.1, "output": 1})])
