@@ -160,7 +160,8 @@ class Router:
         explicit = session is not None
         if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
-        # Only the first choice is made per request; the rest of the order is the cached ranking.
+        # Only the first choice is made per request; the rest of the order is the cached ranking
+        # (with sort: throughput, the live candidates' scores now first: `_fallback_order`).
         scored = self._score_live(head) if head.live_choice and head.live else None
         chosen = self._choose(head, prefs, session, explicit, scored)
         if scored is None:
@@ -278,7 +279,7 @@ class Router:
             explored = self._explore(ranked, default, scored)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
-        if scored is not None and prefs.sort is Sort.THROUGHPUT:
+        if scored is not None:  # sort: throughput
             return self._fastest_now(ranked, scored)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
