@@ -54,7 +54,8 @@ class _State:
     recent: deque[bool] = field(default_factory=lambda: deque(maxlen=20))  # True = failure
     open_until: float = 0.0
     opened_at: float = 0.0  # when this open period began (a failed half-open request starts a new one)
-    failed_at: float = 0.0  # the last failure this replica saw while open (a failed background probe)
+    failed_at: float = 0.0  # when the last failed background probe was sent: the time of its evidence
+    probe_sent_at: float = 0.0  # when the background probe in flight was sent
     open_reason: str = ""
     probing: bool = False
     cooldown_until: float = 0.0
@@ -156,7 +157,9 @@ class HealthBoard:
         """Claim the endpoint for a background probe; no client request is let through meanwhile."""
         if not self.wants_probe(endpoint):
             return False
-        self._states[endpoint.key].probing = True
+        state = self._states[endpoint.key]
+        state.probing = True
+        state.probe_sent_at = self._clock()
         return True
 
     def end_probe(self, endpoint: Endpoint, ok: bool) -> None:
@@ -168,7 +171,7 @@ class HealthBoard:
         if ok:
             self._close(endpoint, state)
             return
-        state.failed_at = self._clock()
+        state.failed_at = state.probe_sent_at
         until = min(self._clock() + self.settings.open_s, state.opened_at + self.settings.max_open_s)
         if until > state.open_until:
             self._changes[endpoint.key] = (state.open_reason, time.time() + until - self._clock())
@@ -204,10 +207,12 @@ class HealthBoard:
 
         Closes a circuit opened before then, so every replica comes back together rather than each
         waiting for a probe of its own (the shared probe lock lets one replica probe at a time). A
-        circuit this replica opened (or saw a probe fail) after that moment has newer evidence and
-        stays open."""
+        circuit this replica opened, or a probe of its own that failed, sent after that moment is newer
+        evidence: it stays open. A probe of its own still out is not: it was sent before the close
+        reached this replica, and if it fails (a hang that began before the recovery) it is ignored
+        (`end_probe` of a closed circuit), rather than reopening every replica's circuit."""
         state = self._states.get(endpoint.key)
-        if state is None or not state.open_until or state.probing:
+        if state is None or not state.open_until:
             return
         evidence_wall = time.time() - (self._clock() - max(state.opened_at, state.failed_at))
         if evidence_wall <= closed_wall:

@@ -122,10 +122,16 @@ def test_a_shared_close_closes_only_circuits_with_older_evidence(tmp_path: Path)
     assert board.take_changes()[e.key][0] == "circuit_open"  # its own open is shared; the close is not echoed
 
     board.observe(e, sample(e.key, Outcome.SERVER_ERROR))  # open again
-    assert board.begin_probe(e)
-    closed_at = time.time()  # another replica's probe closes it while this replica's probe is out
-    board.apply_remote_close(e, closed_at)
-    assert board.blocked(e) == "circuit_open"  # not while its own probe is in flight
-    board.end_probe(e, ok=False)  # ... which then fails: newer evidence than the other's close
+    board.take_changes()  # (shared)
+    assert board.begin_probe(e)  # this replica's probe is sent ...
+    board.apply_remote_close(e, time.time())  # ... then another replica's probe closes the circuit
+    assert board.blocked(e) is None
+    board.end_probe(e, ok=False)  # the probe sent before the recovery fails: it reopens nothing
+    assert board.blocked(e) is None and e.key not in board.take_changes()
+
+    board.observe(e, sample(e.key, Outcome.SERVER_ERROR))  # open again
+    closed_at = time.time()
+    assert board.begin_probe(e)  # sent after the other's close ...
+    board.end_probe(e, ok=False)  # ... and failed: newer evidence than that close
     board.apply_remote_close(e, closed_at)
     assert board.blocked(e) == "circuit_open"
