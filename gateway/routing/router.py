@@ -82,6 +82,7 @@ class _Ranked:
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
+    not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
@@ -173,7 +174,7 @@ class Router:
             candidates += part.candidates
         strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
                    f" speed={prefs.speed.value if prefs.speed else 'unset'}"
-        spills = tuple(s for part in parts for s in part.spills)
+        spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
         return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
                     strategy=strategy, spills=spills, session_key=session)
 
@@ -254,6 +255,7 @@ class Router:
             spills=tuple(spills),
             lead=tuple(c for c in group if not c.notes),
             live=tuple(live),
+            not_live=tuple(c for c in ordered if c not in live),
             curves=curves,
             n_tokens=n_tokens,
             live_choice=prefs.sort is Sort.THROUGHPUT,
@@ -308,8 +310,10 @@ class Router:
         key = chosen.endpoint.key
         live = sorted((s for s in scored if s[4].endpoint.key != key),
                       key=lambda s: (s[0] == math.inf, s[1], s[0]))
-        seen = {key, *(s[4].endpoint.key for s in live)}
-        return (*(s[4] for s in live), *(c for c in ranked.candidates if c.endpoint.key not in seen))
+        rest = ranked.not_live
+        if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
+            rest = tuple(c for c in rest if c.endpoint.key != key)
+        return (*(s[4] for s in live), *rest)
 
     def _fastest_now(self, ranked: _Ranked, scored: list[_Scored]) -> Candidate:
         """Throughput: the least predicted time plus marginal cost among the live candidates
