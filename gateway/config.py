@@ -150,7 +150,7 @@ class GatewayFile(_Frozen):
     breaker_failures: int = Field(default=5, ge=1)  # consecutive failures that open an endpoint's circuit
     breaker_open_s: float = Field(default=30.0, gt=0)  # how long before a half-open probe
     stall_timeout_s: float = Field(default=30.0, gt=0)  # mid-stream: longest gap between reads
-    # requests that re-check a stale endpoint (with sort: throughput, only one within reach of the best)
+    # requests that re-check a stale endpoint
     explore_rate: float = Field(default=0.05, ge=0, le=1)
     # Seeds the router's draws (exploration, weighted and power-of-two picks) so a routing run can be
     # replayed; unset, every process draws differently.

@@ -67,8 +67,6 @@ class _Static:
     excluded: tuple[Exclusion, ...]
 
 
-CONTENDER = 2.0  # sort: throughput explores a stale endpoint by chance only within this x the best score
-
 # A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
 _Scored = tuple[float, int, int, Prediction, Candidate]
 
@@ -278,7 +276,7 @@ class Router:
         if prefs.order:
             return default
         if prefs.sort is not None:
-            explored = self._explore(ranked, default, scored)
+            explored = self._explore(ranked, default)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
@@ -369,7 +367,7 @@ class Router:
             return None
         return c if explicit or prefs.sticky or _cache_pays(c.endpoint) else None
 
-    def _explore(self, ranked: _Ranked, default: Candidate, scored: list[_Scored] | None) -> Candidate | None:
+    def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
         """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
         `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
         that, whatever the traffic -- and a stale one by chance (`explore_rate`)."""
@@ -389,13 +387,6 @@ class Router:
                 return c
         if self._rng.random() < self.settings.explore_rate:
             stale = [c for c in ranked.stale if c is not default]
-            if scored:
-                # By chance only where it may pay: a stale endpoint last seen within CONTENDER x the
-                # best score (a tier slowed to a third, say), not one far behind (a false claim):
-                # each visit costs a request its whole answer at the speed last seen.
-                best = min(x[0] for x in scored)
-                near = {x[4].endpoint.key for x in scored if x[0] <= best * CONTENDER}
-                stale = [c for c in stale if c.endpoint.key in near]
             if stale:
                 return self._rng.choice(stale)
         return None
