@@ -390,21 +390,6 @@ class Router:
             if stale:
                 return self._rng.choice(stale)
         return None
-        now = self._clock()
-        # The cached order's first too: the live choice may be another.
-        for c in ranked.stale if ranked.live_choice else ():
-            key = c.endpoint.key
-            due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
-            if due and not self.telemetry.in_flight(key):
-                self._explored[key] = now
-                return c
-        # With `sort: throughput` the visits above are enough; a random extra visit to an endpoint
-        # passed over for being slow costs a request its whole answer at that speed.
-        if not ranked.live_choice and self._rng.random() < self.settings.explore_rate:
-            stale = [c for c in ranked.stale if c is not default]
-            if stale:
-                return self._rng.choice(stale)
-        return None
 
 
 def _cache_pays(endpoint: Endpoint) -> bool:
