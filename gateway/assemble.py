@@ -24,13 +24,29 @@ class _Choice:
         self.finish_reason: str | None = None
 
     def add(self, choice: dict[str, Any]) -> None:
-        delta = choice.get("delta") or {}
+        delta = choice.get("delta")
+        if delta:
+            content = delta.get("content")
+            if content:
+                self.content.append(content)
+                if len(delta) > 1:  # most chunks carry content alone: the rest is rarely looked for
+                    self._add_rest(delta)
+            else:
+                if choice.get("text"):  # a legacy completion's chunk
+                    self.content.append(choice["text"])
+                self._add_rest(delta)
+        elif choice.get("text"):
+            self.content.append(choice["text"])
+        logprobs = choice.get("logprobs")
+        if logprobs and logprobs.get("content"):
+            self.logprobs = (self.logprobs or []) + list(logprobs["content"])
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+
+    def _add_rest(self, delta: dict[str, Any]) -> None:
+        """Everything in a delta but its content."""
         if delta.get("role"):
             self.role = delta["role"]
-        if delta.get("content"):
-            self.content.append(delta["content"])
-        elif choice.get("text"):  # a legacy completion's chunk
-            self.content.append(choice["text"])
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
             self.reasoning.append(reasoning)
@@ -38,11 +54,6 @@ class _Choice:
             self.refusal.append(delta["refusal"])
         for call in delta.get("tool_calls") or ():
             self._add_tool_call(call)
-        logprobs = choice.get("logprobs")
-        if logprobs and logprobs.get("content"):
-            self.logprobs = (self.logprobs or []) + list(logprobs["content"])
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
 
     def _add_tool_call(self, call: dict[str, Any]) -> None:
         index = call.get("index", len(self.tool_calls))

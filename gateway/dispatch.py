@@ -155,7 +155,7 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
     which do not stream, the whole answer within it."""
     budget = Budget(budget_s, lag)
     try:
-        async with budget.timeout():
+        with budget.timeout():
             response = await upstreams.open(endpoint, body, UPSTREAM_PATHS[upstream])
     except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from gateway.config import GatewayFile
 from gateway.configfile import clean_loc
@@ -56,12 +56,18 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         raise _too_large(declared[:32], max_bytes)
     chunks: list[bytes] = []
     total = 0
-    async for chunk in request.stream():
+    receive = request.receive  # not `request.stream()`: an async generator per request costs more
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         total += len(chunk)
         if total > max_bytes:
             raise _too_large(f"more than {max_bytes}", max_bytes)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _check_depth(body: dict[str, Any], max_depth: int) -> None:

@@ -40,7 +40,7 @@ from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import read_body
-from gateway.relay import UpstreamStream, chunk_batches, collect, sse_body
+from gateway.relay import ChunkBatches, UpstreamStream, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
@@ -144,7 +144,7 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
     try:
         yield renderer.start()
         try:
-            async for events in chunk_batches(serving.served.stream, serving.resume):
+            async for events in ChunkBatches(serving.served.stream, serving.resume):
                 out = renderer.feed([chunk for _, chunk in events])
                 if out:
                     yield out
@@ -208,7 +208,24 @@ class EventStream(StreamingResponse):
         await unless_disconnected(body(), receive)
 
 
+class JsonAnswer(Response):
+    """A JSON response that, once sent (or once sending failed), closes and records the attempt that
+    served it: recording is not on the client's path to its answer."""
+
+    def __init__(self, content: bytes, headers: dict[str, str], serving: Serving) -> None:
+        super().__init__(content, media_type="application/json", headers=headers)
+        self.serving = serving
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.serving.close(None, cancelled=False)
+
+
 async def _collect_json(serving: Serving, api: ClientApi) -> dict[str, Any]:
+    """The assembled answer. Should it fail, the attempt is closed and recorded here; when it does
+    not, the `JsonAnswer` carrying it closes it once sent."""
     failure: GatewayError | None = None
     cancelled = False
     try:
@@ -220,8 +237,12 @@ async def _collect_json(serving: Serving, api: ClientApi) -> dict[str, Any]:
     except asyncio.CancelledError:
         cancelled = True
         raise
+    except BaseException:
+        await serving.close(None, cancelled=False)
+        raise
     finally:
-        await serving.close(failure, cancelled)
+        if failure is not None or cancelled:
+            await serving.close(failure, cancelled)
 
 
 async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Response:
@@ -251,12 +272,17 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
                 trailer = metadata_event
             body = _relay_stream(serving, trailer)
         return EventStream(body, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
-    completion = api.render_json(await _collect_json(serving, api), chat)
-    completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
-    if metadata is not None:
-        completion["ultraroute"] = {**metadata, "usage_estimated": serving.served.stream.meter.usage_estimated}
-    api.after(ctx, completion, services)
-    return Response(orjson.dumps(completion), media_type="application/json", headers=headers)
+    collected = await _collect_json(serving, api)
+    try:
+        completion = api.render_json(collected, chat)
+        completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
+        if metadata is not None:
+            completion["ultraroute"] = {**metadata, "usage_estimated": serving.served.stream.meter.usage_estimated}
+        api.after(ctx, completion, services)
+        return JsonAnswer(orjson.dumps(completion), headers, serving)
+    except BaseException:
+        await serving.close(None, cancelled=False)
+        raise
 
 
 def prepare(chat: ChatRequest, request: Request, services: Services, client: ApiKey | None) -> RequestContext:

@@ -107,6 +107,7 @@ class UpstreamStream:
         self._decoder = SSEDecoder()
         self._stall_s = stall_s
         self._pending: list[Event] = []
+        self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
         self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
@@ -114,7 +115,7 @@ class UpstreamStream:
     async def _read(self, budget: Budget) -> list[Event] | None:
         """One network read within `budget`, parsed and metered; None at the end of the stream."""
         try:
-            async with budget.timeout():
+            with budget.timeout():
                 raw = await anext(self._reads)
         except StopAsyncIteration:
             return None
@@ -123,6 +124,7 @@ class UpstreamStream:
         now = time.perf_counter()
         meter = self.meter
         chunks: list[Event] = []
+        texts: list[str] = []
         for payload in self._decoder.feed(raw):
             if payload == DONE:
                 meter.done = True
@@ -139,9 +141,9 @@ class UpstreamStream:
                 raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
+                content = delta.get("content")
                 # `text`: a legacy completion's chunk; checked last, chat chunks rarely get that far
-                answer = bool(delta.get("content") or delta.get("tool_calls") or delta.get("refusal")
-                              or choice.get("text"))
+                answer = bool(content or delta.get("tool_calls") or delta.get("refusal") or choice.get("text"))
                 if answer or delta.get("reasoning_content") or delta.get("reasoning"):
                     meter.token_chunks += 1
                     meter.t_last = now
@@ -149,9 +151,13 @@ class UpstreamStream:
                         meter.t_first = now
                     if answer and meter.t_first_answer is None:
                         meter.t_first_answer = now
+                if content and choice.get("index", 0) == 0:
+                    texts.append(content)
             if chunk.get("usage"):
                 meter.usage = chunk["usage"]
             chunks.append((payload, chunk))
+        if texts:
+            self.answer.extend(texts)  # only once the whole read is good: what the client will get
         return chunks
 
     async def _read_whole(self, budget: Budget) -> None:
@@ -159,7 +165,7 @@ class UpstreamStream:
         timings: only its end-to-end latency is measured."""
         raw = b""
         try:
-            async with budget.timeout():
+            with budget.timeout():
                 async for part in self._reads:
                     raw += part
         except TimeoutError:
@@ -201,10 +207,12 @@ class UpstreamStream:
         if self.meter.t_first is None and not self._pending:
             raise UpstreamError("upstream closed the stream without a response", status=502)
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
+    async def next_batch(self) -> list[Event] | None:
+        """The events of the next network read that brought any (first, those read at the gate); None
+        at the end of the stream."""
         if self._pending:
             pending, self._pending = self._pending, []
-            yield pending
+            return pending
         # Read to the end even after `[DONE]`: the connection only goes back to the pool once the
         # response is fully consumed; closing it early would cost a new connection per request.
         while not self._ended:
@@ -216,10 +224,16 @@ class UpstreamStream:
             if chunks is None:
                 break
             if chunks:
-                yield chunks
-        self._ended = True
-        self.meter.t_end = time.perf_counter()
-        self.meter.settle_usage()
+                return chunks
+        if self.meter.t_end is None:
+            self._ended = True
+            self.meter.t_end = time.perf_counter()
+            self.meter.settle_usage()
+        return None
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        while (chunks := await self.next_batch()) is not None:
+            yield chunks
 
     async def aclose(self) -> None:
         if self.meter.t_end is None:
@@ -231,32 +245,39 @@ class UpstreamStream:
 Resume = Callable[[UpstreamStream, str], Awaitable["UpstreamStream | None"]]
 
 
-def _answer_text(chunk: dict[str, Any]) -> str:
-    text = ""
-    for choice in chunk.get("choices") or ():
-        if choice.get("index", 0) == 0:
-            delta = choice.get("delta")
-            if delta and delta.get("content"):
-                text += delta["content"]
-    return text
+class ChunkBatches:
+    """The stream's batches of events; when it breaks mid-way, continue on another endpoint if `resume`
+    finds one (it is given the answer text so far and returns the continuation's stream), else raise.
 
+    A class rather than an async generator: every async generator costs a registration with the
+    event loop, and this one runs once per request."""
 
-async def chunk_batches(stream: UpstreamStream, resume: Resume | None) -> AsyncIterator[list[Event]]:
-    """The stream's chunks; when it breaks mid-way, continue on another endpoint if `resume` finds one
-    (it is given the answer text so far and returns the continuation's stream), else raise."""
-    delivered: list[str] = []
-    while True:
-        try:
-            async for chunks in stream.batches():
-                delivered += [_answer_text(chunk) for _, chunk in chunks]
-                yield chunks
-            return
-        except GatewayError as err:
-            stream.failure = err
-            follow = await resume(stream, "".join(delivered)) if resume is not None else None
-            if follow is None:
-                raise
-            stream = follow
+    __slots__ = ("delivered", "resume", "stream")
+
+    def __init__(self, stream: UpstreamStream, resume: Resume | None) -> None:
+        self.stream = stream
+        self.resume = resume
+        self.delivered = ""  # the answer of the streams before this one
+
+    def __aiter__(self) -> ChunkBatches:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        while True:
+            stream = self.stream
+            try:
+                events = await stream.next_batch()
+            except GatewayError as err:
+                stream.failure = err
+                self.delivered += "".join(stream.answer)
+                follow = await self.resume(stream, self.delivered) if self.resume is not None else None
+                if follow is None:
+                    raise
+                self.stream = follow
+                continue
+            if events is None:
+                raise StopAsyncIteration
+            return events
 
 
 async def sse_body(
@@ -269,7 +290,7 @@ async def sse_body(
     public = PublicModel(model)
     last: dict[str, Any] = {}
     try:
-        async for events in chunk_batches(stream, resume):
+        async for events in ChunkBatches(stream, resume):
             last = events[-1][1]
             out = []
             for payload, chunk in events:
@@ -344,7 +365,7 @@ async def collect(stream: UpstreamStream, model: str, resume: Resume | None = No
                   assembler: Assembler | None = None) -> dict[str, Any]:
     """Read the whole stream and assemble a `chat.completion` (or what `assembler` makes of it)."""
     assembler = assembler or CompletionAssembler()
-    async for events in chunk_batches(stream, resume):
+    async for events in ChunkBatches(stream, resume):
         for _, chunk in events:
             assembler.add(chunk)
     assembler.usage = assembler.usage or stream.meter.usage  # estimated when the upstream sent none

@@ -135,12 +135,27 @@ async def test_budget_fires_after_its_seconds_when_the_loop_is_idle() -> None:
     await lag.start()
     started = time.perf_counter()
     try:
-        with pytest.raises(TimeoutError):
-            async with Budget(0.2, lag).timeout():
-                await asyncio.sleep(5)
+        with pytest.raises(TimeoutError), Budget(0.2, lag).timeout():
+            await asyncio.sleep(5)
     finally:
         await lag.stop()
     assert 0.15 < time.perf_counter() - started < 2.0
+
+
+async def test_budget_timeout_leaves_the_task_usable_and_other_cancellations_alone() -> None:
+    with pytest.raises(TimeoutError), Budget(0.05).timeout():
+        await asyncio.sleep(5)
+    await asyncio.sleep(0.01)  # the timeout's own cancellation was taken back: the task goes on
+
+    async def cancelled_from_outside() -> None:
+        with Budget(5).timeout():
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(cancelled_from_outside())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):  # a client that went away, not a spent budget
+        await task
 
 
 async def test_first_token_budget_is_not_spent_by_the_gateways_own_lag(catalogue: Catalogue) -> None:
