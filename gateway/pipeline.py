@@ -223,26 +223,31 @@ class JsonAnswer(Response):
             await self.serving.close(None, cancelled=False)
 
 
-async def _collect_json(serving: Serving, api: ClientApi) -> dict[str, Any]:
-    """The assembled answer. Should it fail, the attempt is closed and recorded here; when it does
-    not, the `JsonAnswer` carrying it closes it once sent."""
-    failure: GatewayError | None = None
-    cancelled = False
+async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str],
+                       metadata: dict[str, Any] | None) -> JsonAnswer:
+    """Stages 5-6 for a client that did not stream: the whole answer, assembled and rendered in the
+    API's shape. Should that fail, the attempt is closed and recorded here; else the `JsonAnswer`
+    closes it once it has been sent."""
+    ctx = serving.ctx
     try:
         stream = serving.served.stream
-        return await collect(stream, stream.endpoint.model, serving.resume, api.assembler(serving.ctx.request))
+        collected = await collect(stream, stream.endpoint.model, serving.resume, api.assembler(ctx.request))
+        completion = api.render_json(collected, ctx.request)
+        served = serving.served.stream  # after a mid-stream continuation, not the stream it began on
+        completion["provider"] = served.endpoint.provider.name  # as OpenRouter reports it
+        if metadata is not None:
+            completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}
+        api.after(ctx, completion, serving.services)
+        return JsonAnswer(orjson.dumps(completion), headers, serving)
     except GatewayError as err:
-        failure = err
+        await serving.close(err, cancelled=False)
         raise
     except asyncio.CancelledError:
-        cancelled = True
+        await serving.close(None, cancelled=True)
         raise
     except BaseException:
         await serving.close(None, cancelled=False)
         raise
-    finally:
-        if failure is not None or cancelled:
-            await serving.close(failure, cancelled)
 
 
 async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Response:
@@ -272,17 +277,7 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
                 trailer = metadata_event
             body = _relay_stream(serving, trailer)
         return EventStream(body, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
-    collected = await _collect_json(serving, api)
-    try:
-        completion = api.render_json(collected, chat)
-        completion["provider"] = serving.served.stream.endpoint.provider.name  # as OpenRouter reports it
-        if metadata is not None:
-            completion["ultraroute"] = {**metadata, "usage_estimated": serving.served.stream.meter.usage_estimated}
-        api.after(ctx, completion, services)
-        return JsonAnswer(orjson.dumps(completion), headers, serving)
-    except BaseException:
-        await serving.close(None, cancelled=False)
-        raise
+    return await _answer_json(serving, api, headers, metadata)
 
 
 def prepare(chat: ChatRequest, request: Request, services: Services, client: ApiKey | None) -> RequestContext:
