@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import random
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -172,7 +173,8 @@ async def race(send: Callable[[httpx.AsyncClient, dict[str, Any]], Any], users: 
     return run
 
 
-def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: bool) -> dict[str, Run]:
+def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: bool,
+                 logs: Path | None = None) -> dict[str, Run]:
     racers = allowed(s)
     config = make_sim_config({r.name: r.profile for r in racers}, seed=seed)
     runs: dict[str, Run] = {}
@@ -216,6 +218,9 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: boo
             gw.stop()
             if base is not None:
                 base.stop()
+            if logs is not None:  # Ultraroute's gateway log: one access-log line per request, why it went where
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(gw.log_path, logs / f"{s.name}-seed{seed}.log")
     return runs
 
 
@@ -257,6 +262,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--direct", action="store_true",
                         help="oracle and random call the simulator directly (no proxy hop: fair on an idle machine)")
+    parser.add_argument("--logs", type=Path, help="keep Ultraroute's gateway log of each run in this directory")
     args = parser.parse_args()
     summary = []
     for seed in args.seed:
@@ -264,7 +270,7 @@ def main() -> None:
         chosen = list(known) if args.scenario == "all" else [args.scenario]
         for name in chosen:
             s = known[name]
-            scores = report(s, seed, run_scenario(s, seed, args.users, args.seconds, args.direct))
+            scores = report(s, seed, run_scenario(s, seed, args.users, args.seconds, args.direct, args.logs))
             summary.append((name, seed, scores))
     print(f"\n{'scenario':<14}{'seed':>5}{'share':>7}{'p95 x':>7}{'success':>9}")
     for name, seed, sc in summary:

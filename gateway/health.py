@@ -65,6 +65,16 @@ class _State:
     slo_samples: int = 0
 
 
+def _unavailable(state: _State, now: float) -> str | None:
+    if state.misconfigured:
+        return "misconfigured"
+    if now < state.cooldown_until:
+        return "cooldown"
+    if state.open_until and (now < state.open_until or state.probing):
+        return state.open_reason
+    return None
+
+
 class HealthBoard:
     def __init__(self, settings: BreakerSettings | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -88,16 +98,16 @@ class HealthBoard:
         state = self._states.get(endpoint.key)
         if state is None:
             return None
-        if state.misconfigured:
-            return "misconfigured"
-        now = self._clock()
-        if now < state.cooldown_until:
-            return "cooldown"
-        if state.open_until:
-            if now < state.open_until or state.probing:
-                return state.open_reason
+        reason = _unavailable(state, self._clock())
+        if reason is None and state.open_until:
             state.probing = True  # half-open: this request is the probe
-        return None
+        return reason
+
+    def unavailable(self, endpoint_key: str) -> bool:
+        """Whether `blocked` would refuse the endpoint now, asked without taking a half-open probe's
+        turn: the router's question, so that it does not choose an endpoint dispatch will skip."""
+        state = self._states.get(endpoint_key)
+        return state is not None and _unavailable(state, self._clock()) is not None
 
     def cooldown_left(self, endpoint: Endpoint) -> float:
         """Seconds until a 429's cool-down ends (0 when there is none)."""

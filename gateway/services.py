@@ -66,7 +66,7 @@ def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore,
     gw = config.gateway
     router = Router(config.catalogue, telemetry, RouterSettings(explore_rate=gw.explore_rate,
                                                                 sticky_idle_s=gw.sticky_idle_s),
-                    rng=random.Random(gw.random_seed))
+                    rng=random.Random(gw.random_seed), unavailable=health.unavailable)
     recorder = Recorder(telemetry, router, health, metrics, capacity)
     limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
                             ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,

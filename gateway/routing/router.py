@@ -94,9 +94,13 @@ class _Ranked:
 class Router:
     def __init__(self, catalogue: Catalogue, telemetry: TelemetryStore,
                  settings: RouterSettings | None = None, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 unavailable: Callable[[str], bool] | None = None) -> None:
         self.catalogue = catalogue
         self.telemetry = telemetry
+        # Whether health keeps an endpoint from being tried now (a 429's cool-down, an open circuit):
+        # the live choice passes such an endpoint over rather than leave the request to its fallback.
+        self.unavailable = unavailable
         self.settings = settings or RouterSettings()
         self.sessions = SessionAffinity(self.settings.sticky_idle_s, clock)
         self._rng = rng or random.Random()
@@ -295,19 +299,23 @@ class Router:
         # An endpoint known only by its claims takes a trial share: a few, or an even split of the
         # load with this request (speed.TRIAL_CONCURRENCY), until it has been measured.
         trial = max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
+        unavailable = self.unavailable
         for c, in_flight in zip(ranked.live, loads, strict=True):
             p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens, trial)
-            scored.append((p.score_s, c.tier_rank, in_flight, p, c))
+            # One dispatch would skip counts as full: not chosen, and last in the fallback order.
+            blocked = unavailable is not None and unavailable(c.endpoint.key)
+            scored.append((math.inf if blocked else p.score_s, c.tier_rank, in_flight, p, c))
         return scored
 
     def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:
         """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
-        candidates by their score now, tier group first, those at their limit last; then the rest in
-        the cached order. Not the cached order alone: it can be 250 ms old and put a claim first
-        that has since taken its trial share."""
+        candidates by their score now, as the choice itself was made (the tier breaking ties), those
+        at their limit or kept out by health last; then the rest in the cached order. Not the cached
+        order alone: it can be 250 ms old and put a claim first that has since taken its trial
+        share. Not tier first either: a premium tier measured slower than the standard one (a false
+        claim) would take every fallback."""
         key = chosen.endpoint.key
-        live = sorted((s for s in scored if s[4].endpoint.key != key),
-                      key=lambda s: (s[0] == math.inf, s[1], s[0]))
+        live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
         rest = ranked.not_live
         if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
             rest = tuple(c for c in rest if c.endpoint.key != key)

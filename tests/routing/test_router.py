@@ -159,6 +159,32 @@ def test_fallback_after_the_choice_is_by_score_now_with_a_claim_at_its_trial_sha
     assert [c.endpoint.id for c in plan.candidates] == ["x/standard", "y/standard", "claims/standard"]
 
 
+def test_fallback_is_by_score_across_tiers(tmp_path: Path) -> None:
+    # The fast tier's claim is false: measured slower than the standard one, it falls back after it.
+    r, store = router(three(tmp_path))
+    feed(r, store, "m/std/standard", tps=150)
+    feed(r, store, "m/highspeed/fast", tps=60)
+    feed(r, store, "m/ultra/ultrafast", tps=900)
+    plan = r.plan(chat(), Preferences(sort=Sort.THROUGHPUT, speed=Speed.ULTRAFAST))
+    assert [c.endpoint.id for c in plan.candidates] == ["ultra/ultrafast", "std/standard", "highspeed/fast"]
+
+
+def test_an_endpoint_health_keeps_out_is_not_chosen_and_falls_back_last(tmp_path: Path) -> None:
+    # A 429's cool-down: dispatch would skip it, so the choice is the best of the others, not
+    # whichever comes next in a fallback order made for it.
+    cat = three(tmp_path)
+    cooling = {"m/ultra/ultrafast"}
+    r, store = router(cat)
+    r.unavailable = cooling.__contains__
+    feed(r, store, "m/std/standard", tps=150)
+    feed(r, store, "m/highspeed/fast", tps=60)
+    feed(r, store, "m/ultra/ultrafast", tps=900)
+    plan = r.plan(chat(), Preferences(sort=Sort.THROUGHPUT, speed=Speed.ULTRAFAST))
+    assert [c.endpoint.id for c in plan.candidates] == ["std/standard", "highspeed/fast", "ultra/ultrafast"]
+    cooling.clear()  # the cool-down is over
+    assert first(r, Preferences(sort=Sort.THROUGHPUT, speed=Speed.ULTRAFAST)) == "ultra/ultrafast"
+
+
 def test_sticky_sessions(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a", price={"input": 1, "cached_input": 0.1, "output": 1}),
                                endpoint("b", price={"input": 1, "cached_input": 0.1, "output": 1})])
