@@ -239,14 +239,9 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
             completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}
         api.after(ctx, completion, serving.services)
         return JsonAnswer(orjson.dumps(completion), headers, serving)
-    except GatewayError as err:
-        await serving.close(err, cancelled=False)
-        raise
-    except asyncio.CancelledError:
-        await serving.close(None, cancelled=True)
-        raise
-    except BaseException:
-        await serving.close(None, cancelled=False)
+    except BaseException as exc:  # a failure, the client gone (cancelled), or a bug: closed as such
+        await serving.close(exc if isinstance(exc, GatewayError) else None,
+                            cancelled=isinstance(exc, asyncio.CancelledError))
         raise
 
 
