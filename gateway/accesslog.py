@@ -4,7 +4,7 @@ logger `ultraroute.access`.
 Does: build the line for a served request (`served()`, from the pipeline's `finish()`, with the
 served attempt's sample), for one that failed with no served attempt (`failed()`, from the app's
 error rendering), or for a background probe of an open circuit (`probe()`, marked `"probe": true`);
-append it to a buffer that a background thread writes out in batches (every `FLUSH_S`), so the
+append it to a buffer that a background thread encodes and writes out in batches (every `FLUSH_S`), so the
 write to stdout never happens on the event loop and a request costs no thread wake-up. (A
 `QueueHandler` per line woke the writer thread for every request: ~20% of the gateway's CPU under
 load, most of it the two threads trading the GIL.)
@@ -21,7 +21,9 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -42,26 +44,31 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
+Entry = Callable[[], dict[str, Any]]  # builds one line's fields; called off the event loop
+
+
 class _BatchWriter:
-    """Lines appended on the event loop (a list append, atomic under the GIL), written by a daemon
-    thread every `FLUSH_S` in one write, and once more on `stop()`."""
+    """Entries appended on the event loop (a list append, atomic under the GIL), then encoded and
+    written by a daemon thread every `FLUSH_S` in one write, and once more on `stop()`. An entry is a
+    function over values fixed when the request ended: building the JSON line (a timestamp, a dict
+    of twenty fields, the encoding) is the thread's work, not the request's."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
-        self._lines: list[str] = []
+        self._entries: list[Entry] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def append(self, line: str) -> None:
-        self._lines.append(line)
+    def append(self, entry: Entry) -> None:
+        self._entries.append(entry)
 
     def _flush(self) -> None:
-        lines, self._lines = self._lines, []
-        if lines:
-            self._stream.write("\n".join(lines) + "\n")
+        entries, self._entries = self._entries, []
+        if entries:
+            self._stream.write("\n".join(_line(entry) for entry in entries) + "\n")
             self._stream.flush()
 
     def _run(self) -> None:
@@ -111,8 +118,10 @@ class AccessLog:
         if not self.logger.isEnabledFor(logging.INFO):
             return
         endpoint = served.stream.endpoint
-        self._emit({
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        at = time.time()
+        hops = [(hop.endpoint_id, hop.reason) for hop in (*served.skips, *served.attempts)]
+        self._emit(lambda: {
+            "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
             "key": key_id,
@@ -121,8 +130,7 @@ class AccessLog:
             "provider": endpoint.provider.name,
             "tier": endpoint.tier.value,
             "attempts": len(served.attempts) + 1,
-            "fallback": [{"endpoint": hop.endpoint_id, "reason": hop.reason}
-                         for hop in (*served.skips, *served.attempts)],
+            "fallback": [{"endpoint": endpoint_id, "reason": reason} for endpoint_id, reason in hops],
             "status": status,
             "outcome": sample.outcome.value,
             "ttft_ms": _ms(sample.ttft_s),
@@ -140,9 +148,10 @@ class AccessLog:
         as the request named it, None when it was refused before its body was read."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
             return
-        failures = err.failures if isinstance(err, AllCandidatesFailed) else []
-        self._emit({
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        failures = list(err.failures) if isinstance(err, AllCandidatesFailed) else []
+        at = time.time()
+        self._emit(lambda: {
+            "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
             "model": model,
@@ -159,8 +168,9 @@ class AccessLog:
         request id or key; `"probe": true` tells it apart."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        self._emit({
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        at = time.time()
+        self._emit(lambda: {
+            "ts": _timestamp(at),
             "probe": True,
             "model": endpoint.model,
             "endpoint": endpoint.id,
@@ -173,9 +183,16 @@ class AccessLog:
             "cost_usd": round(sample.cost_usd, 8),
         })
 
-    def _emit(self, entry: dict[str, Any]) -> None:
-        line = orjson.dumps(entry).decode()
+    def _emit(self, entry: Entry) -> None:
         if self._writer is not None:
-            self._writer.append(line)
+            self._writer.append(entry)
         else:
-            self.logger.info(line)
+            self.logger.info(_line(entry))
+
+
+def _line(entry: Entry) -> str:
+    return orjson.dumps(entry()).decode()
+
+
+def _timestamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Plan
+from gateway.loop_metrics import LoopCounter, LoopFamily, LoopHistogram
 from gateway.telemetry.sample import AttemptSample, Outcome
 
 if TYPE_CHECKING:  # dispatch imports record, which imports this module
@@ -69,13 +70,13 @@ def _reason(reason: str) -> str:
 class _Series:
     """The children of one endpoint, bound once: a request then costs no label lookups."""
 
-    requests: Mapping[str, Counter]  # by outcome
-    ttft: Histogram
-    ttfat: Histogram
-    decode: Histogram
-    duration: Histogram
-    tokens: tuple[Counter, Counter, Counter, Counter]  # TOKEN_KINDS order
-    cost: Counter
+    requests: Mapping[str, LoopCounter]  # by outcome
+    ttft: LoopHistogram
+    ttfat: LoopHistogram
+    decode: LoopHistogram
+    duration: LoopHistogram
+    tokens: tuple[LoopCounter, LoopCounter, LoopCounter, LoopCounter]  # TOKEN_KINDS order
+    cost: LoopCounter
 
 
 class _ScrapeTime(Collector):
@@ -117,23 +118,33 @@ class Metrics:
                  redis_errors: Callable[[], int]) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         by_endpoint = list(ENDPOINT_LABELS)
-        self._requests = Counter("ultraroute_requests", "Upstream attempts, by how they ended (status = outcome).",
-                                 ["model", "endpoint", "provider", "tier", "status"], registry=r)
-        self._ttft = Histogram("ultraroute_ttft_seconds", "Request sent to the first token of any kind.",
-                               by_endpoint, buckets=LATENCY_BUCKETS, registry=r)
-        self._ttfat = Histogram("ultraroute_time_to_first_answer_token_seconds",
-                                "Request sent to the first non-reasoning token.", by_endpoint,
-                                buckets=LATENCY_BUCKETS, registry=r)
-        self._decode = Histogram("ultraroute_decode_tokens_per_second",
-                                 "Output tokens after the first / time after the first token, per attempt.",
-                                 by_endpoint, buckets=TPS_BUCKETS, registry=r)
-        self._duration = Histogram("ultraroute_request_duration_seconds",
-                                   "Request sent to the last byte, successful attempts.", by_endpoint,
-                                   buckets=DURATION_BUCKETS, registry=r)
-        self._tokens = Counter("ultraroute_tokens", "Tokens by kind (input includes cached_input; output "
-                               "includes reasoning).", [*by_endpoint, "kind"], registry=r)
-        self._cost = Counter("ultraroute_cost_usd", "What the attempts cost, in USD.",
-                             ["model", "endpoint", "provider", "tier"], registry=r)
+        # What every request records (attempts, route selection, client requests): lock-free families
+        # (loop_metrics.py). The rest are rarer and stay prometheus-client's own.
+        self._requests = LoopFamily("ultraroute_requests", "Upstream attempts, by how they ended (status = "
+                                    "outcome).", ["model", "endpoint", "provider", "tier", "status"])
+        self._ttft = LoopFamily("ultraroute_ttft_seconds", "Request sent to the first token of any kind.",
+                                by_endpoint, buckets=LATENCY_BUCKETS)
+        self._ttfat = LoopFamily("ultraroute_time_to_first_answer_token_seconds",
+                                 "Request sent to the first non-reasoning token.", by_endpoint, buckets=LATENCY_BUCKETS)
+        self._decode = LoopFamily("ultraroute_decode_tokens_per_second",
+                                  "Output tokens after the first / time after the first token, per attempt.",
+                                  by_endpoint, buckets=TPS_BUCKETS)
+        self._duration = LoopFamily("ultraroute_request_duration_seconds",
+                                    "Request sent to the last byte, successful attempts.", by_endpoint,
+                                    buckets=DURATION_BUCKETS)
+        self._tokens = LoopFamily("ultraroute_tokens", "Tokens by kind (input includes cached_input; output "
+                                  "includes reasoning).", [*by_endpoint, "kind"])
+        self._cost = LoopFamily("ultraroute_cost_usd", "What the attempts cost, in USD.",
+                                ["model", "endpoint", "provider", "tier"])
+        self._client_requests = LoopFamily("ultraroute_client_requests", "Requests by the client API they came "
+                                           "in by (chat, responses, messages, completions, embeddings) and the "
+                                           "HTTP status class they ended with.", ["api", "status"])
+        self._route = LoopFamily("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
+                                 [], buckets=ROUTE_BUCKETS)
+        self._route_all = self._route.histogram()
+        for family in (self._requests, self._ttft, self._ttfat, self._decode, self._duration, self._tokens,
+                       self._cost, self._client_requests, self._route):
+            r.register(family)
         self._fallbacks = Counter("ultraroute_fallbacks", "Requests served by another endpoint than the first "
                                   "planned, by the first reason.", ["from_tier", "to_tier", "reason"], registry=r)
         self._retries = Counter("ultraroute_retries", "Second tries at the same endpoint.",
@@ -142,10 +153,7 @@ class Metrics:
                                  "called, by client API and reason (unauthenticated, forbidden, client_rate_limited, "
                                  "budget_exceeded, invalid_request, model_not_found, ...).", ["api", "reason"],
                                  registry=r)
-        self._client_requests = Counter("ultraroute_client_requests", "Requests by the client API they came in by "
-                                        "(chat, responses, messages, completions, embeddings) and the HTTP status "
-                                        "class they ended with.", ["api", "status"], registry=r)
-        self._by_api: dict[tuple[str, int], Counter] = {}
+        self._by_api: dict[tuple[str, int], LoopCounter] = {}
         self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
                               by_endpoint, registry=r)
         self._probes = Counter("ultraroute_probes", "Background probes of open circuits (health_probe.py), by "
@@ -153,8 +161,6 @@ class Metrics:
                                [*by_endpoint, "outcome"], registry=r)
         self._probe_cost = Counter("ultraroute_probe_cost_usd", "What the background probes cost, in USD "
                                    "(not in ultraroute_cost_usd_total).", by_endpoint, registry=r)
-        self._route = Histogram("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
-                                buckets=ROUTE_BUCKETS, registry=r)
         self._lag = Histogram("ultraroute_event_loop_lag_seconds", "How late this process's event loop ran "
                               "a timer (sampled every 50 ms): the gateway's own queueing, excluded from "
                               "upstream budgets.", buckets=LAG_BUCKETS, registry=r)
@@ -176,14 +182,14 @@ class Metrics:
         labels = (e.model, e.id, e.tier.value)
         self._circuit.labels(*labels).set(0)
         return _Series(
-            requests={o.value: self._requests.labels(e.model, e.id, e.provider.name, e.tier.value, o.value)
+            requests={o.value: self._requests.counter(e.model, e.id, e.provider.name, e.tier.value, o.value)
                       for o in Outcome},
-            ttft=self._ttft.labels(*labels),
-            ttfat=self._ttfat.labels(*labels),
-            decode=self._decode.labels(*labels),
-            duration=self._duration.labels(*labels),
-            tokens=tuple(self._tokens.labels(*labels, kind) for kind in TOKEN_KINDS),  # type: ignore[arg-type]
-            cost=self._cost.labels(e.model, e.id, e.provider.name, e.tier.value),
+            ttft=self._ttft.histogram(*labels),
+            ttfat=self._ttfat.histogram(*labels),
+            decode=self._decode.histogram(*labels),
+            duration=self._duration.histogram(*labels),
+            tokens=tuple(self._tokens.counter(*labels, kind) for kind in TOKEN_KINDS),  # type: ignore[arg-type]
+            cost=self._cost.counter(e.model, e.id, e.provider.name, e.tier.value),
         )
 
     def catalogue_changed(self, catalogue: Catalogue) -> None:
@@ -242,7 +248,7 @@ class Metrics:
         key = (api, status // 100)
         child = self._by_api.get(key)
         if child is None:
-            child = self._by_api[key] = self._client_requests.labels(_reason(api), f"{status // 100}xx")
+            child = self._by_api[key] = self._client_requests.counter(_reason(api), f"{status // 100}xx")
         child.inc()
 
     def event_loop_lag(self, seconds: float) -> None:
@@ -263,7 +269,7 @@ class Metrics:
             self._queue_wait.labels(*labels).observe(waited_s)
 
     def route_selection(self, seconds: float) -> None:
-        self._route.observe(seconds)
+        self._route_all.observe(seconds)
 
     def redis_error(self) -> None:
         """A failed Redis call outside the telemetry store (whose own count is read at scrape time)."""

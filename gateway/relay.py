@@ -95,6 +95,22 @@ def _error_from_event(error: Any) -> UpstreamError:
     return UpstreamError(str(body.get("message") or "upstream error event"), status=status, body=body)
 
 
+_ANSWER, _REASONING = "answer", "reasoning"
+_ERROR_KEY = b'"error"'
+
+
+def _token_kind(choice: dict[str, Any], delta: dict[str, Any] | None) -> str | None:
+    """Whether a choice without content is a token: an answer (tool calls, a refusal, a legacy
+    completion's `text`), reasoning, or neither (a role or finish chunk)."""
+    if delta and (delta.get("tool_calls") or delta.get("refusal")):
+        return _ANSWER
+    if choice.get("text"):  # a legacy completion's chunk
+        return _ANSWER
+    if delta and (delta.get("reasoning_content") or delta.get("reasoning")):
+        return _REASONING
+    return None
+
+
 class UpstreamStream:
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
                  lag: LoopLag | None = None, whole: bool = False) -> None:
@@ -107,13 +123,18 @@ class UpstreamStream:
         self._decoder = SSEDecoder()
         self._stall_s = stall_s
         self._pending: list[Event] = []
+        # The rest of the read that brought the first token, parsed only after the gate has opened, so
+        # the first token reaches the client without waiting for the parse of a read's other events.
+        self._unparsed: list[bytes] = []
+        self._unparsed_at = 0.0  # when that read arrived: the time its tokens are metered at
         self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
         self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
 
-    async def _read(self, budget: Budget) -> list[Event] | None:
-        """One network read within `budget`, parsed and metered; None at the end of the stream."""
+    async def _read(self, budget: Budget, gate: bool = False) -> list[Event] | None:
+        """One network read within `budget`, parsed and metered; None at the end of the stream. At the
+        `gate`, parsing stops after the first token, and the rest of the read waits in `_unparsed`."""
         try:
             with budget.timeout():
                 raw = await anext(self._reads)
@@ -121,11 +142,20 @@ class UpstreamStream:
             return None
         except TRANSPORT_ERRORS as exc:
             raise StreamBroken(f"upstream connection failed mid-stream: {type(exc).__name__}") from None
-        now = time.perf_counter()
+        return self._parse(self._decoder.feed(raw), time.perf_counter(), gate)
+
+    def _parse(self, payloads: list[bytes], now: float, gate: bool) -> list[Event]:
+        """The events of one read (arrived at `now`), metered; see `_read` for `gate`."""
         meter = self.meter
         chunks: list[Event] = []
         texts: list[str] = []
-        for payload in self._decoder.feed(raw):
+        tokens = 0  # token chunks in this read (reasoning included)
+        answered = False  # one of them was answer (not reasoning)
+        # An error event must still fail the attempt before anything is sent (the dispatcher then
+        # falls over): a read that may hold one is parsed whole at the gate, as any other read is.
+        defer = gate and not any(_ERROR_KEY in payload for payload in payloads)
+        events = iter(payloads)
+        for payload in events:
             if payload == DONE:
                 meter.done = True
                 continue
@@ -134,28 +164,37 @@ class UpstreamStream:
             except orjson.JSONDecodeError:
                 meter.malformed += 1  # skipped and counted; the stream goes on
                 continue
-            if not isinstance(chunk, dict):
+            if type(chunk) is not dict:
                 meter.malformed += 1
                 continue
             if "error" in chunk:
                 raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
             for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                content = delta.get("content")
-                # `text`: a legacy completion's chunk; checked last, chat chunks rarely get that far
-                answer = bool(content or delta.get("tool_calls") or delta.get("refusal") or choice.get("text"))
-                if answer or delta.get("reasoning_content") or delta.get("reasoning"):
-                    meter.token_chunks += 1
-                    meter.t_last = now
-                    if meter.t_first is None:
-                        meter.t_first = now
-                    if answer and meter.t_first_answer is None:
-                        meter.t_first_answer = now
-                if content and choice.get("index", 0) == 0:
-                    texts.append(content)
+                delta = choice.get("delta")
+                content = delta.get("content") if delta else None
+                if content:  # the common chunk: answer text
+                    tokens += 1
+                    answered = True
+                    if choice.get("index", 0) == 0:
+                        texts.append(content)
+                    continue
+                kind = _token_kind(choice, delta)
+                if kind:
+                    tokens += 1
+                    answered = answered or kind is _ANSWER
             if chunk.get("usage"):
                 meter.usage = chunk["usage"]
             chunks.append((payload, chunk))
+            if defer and tokens:
+                self._unparsed, self._unparsed_at = list(events), now
+                break
+        if tokens:  # every event of one read arrived at `now`
+            meter.token_chunks += tokens
+            meter.t_last = now
+            if meter.t_first is None:
+                meter.t_first = now
+            if answered and meter.t_first_answer is None:
+                meter.t_first_answer = now
         if texts:
             self.answer.extend(texts)  # only once the whole read is good: what the client will get
         return chunks
@@ -197,7 +236,7 @@ class UpstreamStream:
             if budget.remaining() <= 0:
                 raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s")
             try:
-                chunks = await self._read(budget)
+                chunks = await self._read(budget, gate=True)
             except TimeoutError:
                 raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s") from None
             if chunks is None:
@@ -213,6 +252,11 @@ class UpstreamStream:
         if self._pending:
             pending, self._pending = self._pending, []
             return pending
+        if self._unparsed:
+            payloads, self._unparsed = self._unparsed, []
+            chunks = self._parse(payloads, self._unparsed_at, gate=False)
+            if chunks:
+                return chunks
         # Read to the end even after `[DONE]`: the connection only goes back to the pool once the
         # response is fully consumed; closing it early would cost a new connection per request.
         while not self._ended:

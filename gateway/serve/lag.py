@@ -30,13 +30,16 @@ class LoopLag:
         self._total = 0.0  # lag observed so far, seconds of loop time
         self._due: float | None = None  # when the sleeping tick should wake
         self._task: asyncio.Task[None] | None = None
+        # The loop it runs in, once started: budgets read its clock without asking asyncio for the
+        # running loop (several times per request; in Python 3.11 each ask is a getpid() system call).
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def total(self) -> float:
         """Lag observed so far, including how late the pending tick already is."""
         due = self._due
-        if due is None:
+        if due is None or self.loop is None:
             return self._total
-        late = asyncio.get_running_loop().time() - due
+        late = self.loop.time() - due
         return self._total + late if late > 0 else self._total
 
     async def start(self) -> None:
@@ -51,7 +54,7 @@ class LoopLag:
         self._due = None
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         interval = self.interval_s
         while True:
             self._due = loop.time() + interval
@@ -67,12 +70,13 @@ class LoopLag:
 class Budget:
     """`seconds` of upstream time from now: wall time minus the loop's lag meanwhile."""
 
-    __slots__ = ("_lag", "_lag_at_start", "_start", "seconds")
+    __slots__ = ("_lag", "_lag_at_start", "_start", "loop", "seconds")
 
     def __init__(self, seconds: float, lag: LoopLag | None = None) -> None:
         self.seconds = seconds
         self._lag = lag
-        self._start = asyncio.get_running_loop().time()
+        self.loop = lag.loop if lag is not None and lag.loop is not None else asyncio.get_running_loop()
+        self._start = self.loop.time()
         self._lag_at_start = lag.total() if lag is not None else 0.0
 
     def lag(self) -> float:
@@ -80,7 +84,7 @@ class Budget:
         return self._lag.total() - self._lag_at_start if self._lag is not None else 0.0
 
     def remaining(self) -> float:
-        return self._start + self.seconds + self.lag() - asyncio.get_running_loop().time()
+        return self._start + self.seconds + self.lag() - self.loop.time()
 
     def timeout(self) -> _LagAwareTimeout:
         """`with budget.timeout():` around an `await` raises TimeoutError once the budget is spent."""
@@ -102,7 +106,7 @@ class _LagAwareTimeout:
         self._budget = budget
 
     def __enter__(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = self._budget.loop
         task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("a budget's timeout must be used inside a task")

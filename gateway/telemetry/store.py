@@ -18,6 +18,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from gateway.telemetry.bucket import Bucket
@@ -31,8 +32,10 @@ Clock = Callable[[], float]
 
 DEFAULT_CACHE_TTL_S = 0.25
 DEFAULT_EWMA_ALPHA = 0.3
-# An EWMA move larger than this fraction drops the endpoint's cached stats at once, so a sudden
-# slow-down is visible to the next stats() call instead of after the cache TTL.
+# An EWMA move larger than this fraction updates the EWMAs in the endpoint's cached stats at once, so
+# a sudden slow-down is visible to the next stats() call instead of after the cache TTL. Only the
+# EWMAs: recomputing the windows' figures costs a few hundred µs, and on a jittery endpoint such moves
+# came every few requests, while those figures barely move within the TTL.
 EWMA_INVALIDATE_FRACTION = 0.25
 
 
@@ -115,6 +118,7 @@ class StoreBase(ABC):
         self.ewma_alpha = float(ewma_alpha)
         self._local: dict[str, _Local] = {}
         self._cache: dict[str, dict[float, tuple[float, EndpointStats]]] = {}
+        self._ewma_moved: set[str] = set()  # endpoints whose cached stats show EWMAs that jumped since
         self._next_sweep = 0.0
         self._log_error = _ErrorLog()
 
@@ -147,8 +151,8 @@ class StoreBase(ABC):
                 jump = self._update(loc.ewma_ttft, floor_ms)
         if s.decode_tps is not None:
             jump = self._update(loc.ewma_tps, s.decode_tps) or jump
-        if jump:
-            self._cache.pop(key, None)
+        if jump and key in self._cache:
+            self._ewma_moved.add(key)
 
     @staticmethod
     def _update(e: Ewma, x: float) -> bool:
@@ -183,6 +187,9 @@ class StoreBase(ABC):
         w = float(window_s)
         per_key = self._cache.get(endpoint_key)
         if per_key is not None:
+            if endpoint_key in self._ewma_moved:
+                self._ewma_moved.discard(endpoint_key)
+                self._refresh_ewmas(endpoint_key, per_key)
             hit = per_key.get(w)
             if hit is not None and 0.0 <= now - hit[0] < self.cache_ttl_s:
                 return hit[1]
@@ -195,6 +202,14 @@ class StoreBase(ABC):
             return EndpointStats(window_s=w)
         self._cache.setdefault(endpoint_key, {})[w] = (now, st)
         return st
+
+    def _refresh_ewmas(self, key: str, per_key: dict[float, tuple[float, EndpointStats]]) -> None:
+        loc = self._local.get(key)
+        if loc is None:
+            return
+        ttft, tps = loc.ewma_ttft.value, loc.ewma_tps.value
+        for window, (at, st) in per_key.items():
+            per_key[window] = (at, replace(st, ewma_ttft_ms=ttft, ewma_decode_tps=tps))
 
     def _compute(self, key: str, now: float, window_s: float) -> EndpointStats:
         bucket, newest, w = self._aggregate(key, now, window_s)
@@ -229,6 +244,7 @@ class StoreBase(ABC):
         """Once per bucket: drop old buckets and idle endpoints, empty the stats cache."""
         self._next_sweep = now + self.bucket_s
         self._cache.clear()
+        self._ewma_moved.clear()
         self._prune(now)
         live = self._data_keys()
         for key in [k for k, loc in self._local.items() if loc.in_flight == 0 and k not in live]:

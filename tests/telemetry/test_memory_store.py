@@ -64,6 +64,21 @@ def test_ewma_reacts_within_a_few_samples(clock: FakeClock, make_sample: SampleF
     assert st.ttft_ms is not None and st.ttft_ms.p50 < 450.0  # the window quantiles barely move
 
 
+def test_a_jittery_endpoint_does_not_recompute_its_windows_on_every_request(
+        clock: FakeClock, make_sample: SampleFactory) -> None:
+    # A jump of the EWMA shows at once, but only the EWMAs are refreshed: the windows' quantiles and
+    # fits are recomputed at the cache TTL, not on every sample that moves the EWMA by a quarter.
+    store = MemoryStore(clock=clock)
+    store.record(make_sample(at=clock.now, ttft_ms=100.0))
+    first = store.stats(KEY, 300)
+    for ttft_ms in (10_000.0, 100.0, 10_000.0, 100.0):  # each moves the EWMA by more than a quarter
+        store.record(make_sample(at=clock.now, ttft_ms=ttft_ms))
+        clock.advance(0.01)
+        st = store.stats(KEY, 300)
+        assert st.ttft_ms is first.ttft_ms and st.requests == first.requests == 1
+        assert st.ewma_ttft_ms == store._local[KEY].ewma_ttft.value
+
+
 def test_timeout_without_first_token_raises_ttft_ewma(clock: FakeClock, make_sample: SampleFactory) -> None:
     store = MemoryStore(clock=clock)
     for _ in range(10):

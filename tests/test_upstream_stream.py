@@ -1,0 +1,100 @@
+"""`relay.UpstreamStream`: the first-token gate and the batches after it, read from a scripted response.
+
+The response is a fake at the `UpstreamResponse` seam whose body arrives as the given network reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import Endpoint, build_catalogue, parse_catalogue
+from gateway.errors import UpstreamError
+from gateway.relay import Meter, UpstreamStream
+
+
+class ScriptedResponse:
+    """A 200 whose body arrives as `reads`, one network read each."""
+
+    def __init__(self, *reads: bytes) -> None:
+        self.status_code = 200
+        self.headers: Mapping[str, str] = {}
+        self._reads = reads
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        for read in self._reads:
+            yield read
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._body()
+
+    async def aread(self) -> bytes:
+        return b"".join(self._reads)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def event(payload: dict[str, Any] | str) -> bytes:
+    return b"data: " + (payload.encode() if isinstance(payload, str) else orjson.dumps(payload)) + b"\n\n"
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    return event({"id": "c1", "object": "chat.completion.chunk", "model": "up",
+                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra})
+
+
+@pytest.fixture
+def endpoint() -> Endpoint:
+    data = {"providers": {"p": {"base_url": "http://p.test/v1"}},
+            "models": {"m": {"endpoints": [{"provider": "p", "model": "up", "id": "p/e",
+                                                 "price": {"input": 1, "output": 2}}]}}}
+    return build_catalogue(parse_catalogue(data, "t.yaml"), "t.yaml", env={}).endpoints()[0]
+
+
+def stream_of(endpoint: Endpoint, *reads: bytes) -> UpstreamStream:
+    return UpstreamStream(endpoint, ScriptedResponse(*reads), Meter(t_sent=time.perf_counter()), stall_s=5.0)
+
+
+async def test_the_first_token_is_handed_on_before_the_rest_of_its_read_is_parsed(endpoint: Endpoint) -> None:
+    # One network read holding a whole answer, as a fast provider (or a short answer) sends it.
+    read = b"".join([chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}), chunk({"content": "b"}),
+                     chunk({"content": "c"}), chunk({}, "stop"),
+                     event({"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}),
+                     event("[DONE]")])
+    stream = stream_of(endpoint, read)
+    await stream.open_gate(5.0)
+    first = await stream.next_batch()
+    assert first is not None
+    assert [c["choices"][0]["delta"] for _, c in first] == [{"role": "assistant", "content": ""}, {"content": "a"}]
+    assert stream.answer == ["a"]
+    rest = await stream.next_batch()
+    assert rest is not None and len(rest) == 4  # b, c, the finish chunk, the usage chunk
+    assert await stream.next_batch() is None
+    meter = stream.meter
+    # Parsed later, metered as what it is: tokens of the read that arrived at the first token's time.
+    assert meter.token_chunks == 3 and meter.t_last == meter.t_first == meter.t_first_answer
+    assert meter.usage == {"prompt_tokens": 3, "completion_tokens": 3} and meter.done
+    assert stream.answer == ["a", "b", "c"]
+
+
+async def test_an_error_event_in_the_read_of_the_first_token_still_fails_the_gate(endpoint: Endpoint) -> None:
+    # Nothing has been sent yet, so the dispatcher can still fall over to another endpoint.
+    read = chunk({"content": "a"}) + event({"error": {"message": "overloaded", "code": 503}})
+    with pytest.raises(UpstreamError, match="overloaded"):
+        await stream_of(endpoint, read).open_gate(5.0)
+
+
+async def test_reads_after_the_gate_are_batches_of_their_own(endpoint: Endpoint) -> None:
+    stream = stream_of(endpoint, chunk({"content": "a"}), chunk({"content": "b"}) + chunk({"content": "c"}),
+                       event("[DONE]"))
+    await stream.open_gate(5.0)
+    batches = []
+    while (batch := await stream.next_batch()) is not None:
+        batches.append([c["choices"][0]["delta"]["content"] for _, c in batch])
+    assert batches == [["a"], ["b", "c"]]
+    assert stream.meter.token_chunks == 3 and stream.meter.t_last > stream.meter.t_first
