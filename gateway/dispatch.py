@@ -149,10 +149,12 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
 
 
 async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
-                stall_s: float, lag: LoopLag | None = None, upstream: str = "chat") -> UpstreamStream:
+                stall_s: float, lag: LoopLag | None = None, upstream: str = "chat",
+                streaming: bool = False) -> UpstreamStream:
     """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
     upstream time, so the event loop's own lag meanwhile (`lag`) does not spend it. For embeddings,
-    which do not stream, the whole answer within it."""
+    which do not stream, the whole answer within it. `streaming`: the client streams, so the first
+    token is handed on before the rest of its read is parsed (see `UpstreamStream`)."""
     budget = Budget(budget_s, lag)
     try:
         with budget.timeout():
@@ -168,7 +170,8 @@ async def _open(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Me
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
-    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings")
+    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
+                            first_token_early=streaming)
     stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     try:
         await stream.open_gate(budget)
@@ -367,7 +370,7 @@ class Dispatcher:
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
                 try:
                     stream = await _open(self.upstreams, endpoint, body, meter, budget_s,
-                                         self.limits.stall_timeout_s, self.lag, request.upstream)
+                                         self.limits.stall_timeout_s, self.lag, request.upstream, request.stream)
                 except GatewayError as err:
                     self._failed(endpoint, meter, err, started_at, in_flight, attempts)
                     raise

@@ -113,7 +113,7 @@ def _token_kind(choice: dict[str, Any], delta: dict[str, Any] | None) -> str | N
 
 class UpstreamStream:
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
-                 lag: LoopLag | None = None, whole: bool = False) -> None:
+                 lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False) -> None:
         self.endpoint = endpoint
         self._lag = lag  # the loop's own lag does not count against the stall timeout
         self.whole = whole  # one JSON answer, not SSE (embeddings): read whole at the gate
@@ -123,8 +123,10 @@ class UpstreamStream:
         self._decoder = SSEDecoder()
         self._stall_s = stall_s
         self._pending: list[Event] = []
-        # The rest of the read that brought the first token, parsed only after the gate has opened, so
-        # the first token reaches the client without waiting for the parse of a read's other events.
+        # For a streaming client (`first_token_early`): the rest of the read that brought the first
+        # token, parsed only after the gate has opened, so the first token reaches the client without
+        # waiting for the parse of the read's other events. (A JSON client waits for all of them.)
+        self._early = first_token_early
         self._unparsed: list[bytes] = []
         self._unparsed_at = 0.0  # when that read arrived: the time its tokens are metered at
         self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
@@ -134,7 +136,7 @@ class UpstreamStream:
 
     async def _read(self, budget: Budget, gate: bool = False) -> list[Event] | None:
         """One network read within `budget`, parsed and metered; None at the end of the stream. At the
-        `gate`, parsing stops after the first token, and the rest of the read waits in `_unparsed`."""
+        `gate` of a streaming client's stream, parsing stops after the first token."""
         try:
             with budget.timeout():
                 raw = await anext(self._reads)
@@ -142,18 +144,19 @@ class UpstreamStream:
             return None
         except TRANSPORT_ERRORS as exc:
             raise StreamBroken(f"upstream connection failed mid-stream: {type(exc).__name__}") from None
-        return self._parse(self._decoder.feed(raw), time.perf_counter(), gate)
+        # An error event must still fail the attempt before anything is sent (the dispatcher then
+        # falls over): a read that may hold one is parsed whole at the gate, as any other read is.
+        defer = gate and self._early and _ERROR_KEY not in raw
+        return self._parse(self._decoder.feed(raw), time.perf_counter(), defer)
 
-    def _parse(self, payloads: list[bytes], now: float, gate: bool) -> list[Event]:
-        """The events of one read (arrived at `now`), metered; see `_read` for `gate`."""
+    def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
+        """The events of one read (arrived at `now`), metered; with `defer`, parsing stops after the
+        first token and the rest waits in `_unparsed`."""
         meter = self.meter
         chunks: list[Event] = []
         texts: list[str] = []
         tokens = 0  # token chunks in this read (reasoning included)
         answered = False  # one of them was answer (not reasoning)
-        # An error event must still fail the attempt before anything is sent (the dispatcher then
-        # falls over): a read that may hold one is parsed whole at the gate, as any other read is.
-        defer = gate and not any(_ERROR_KEY in payload for payload in payloads)
         events = iter(payloads)
         for payload in events:
             if payload == DONE:
@@ -254,7 +257,7 @@ class UpstreamStream:
             return pending
         if self._unparsed:
             payloads, self._unparsed = self._unparsed, []
-            chunks = self._parse(payloads, self._unparsed_at, gate=False)
+            chunks = self._parse(payloads, self._unparsed_at)
             if chunks:
                 return chunks
         # Read to the end even after `[DONE]`: the connection only goes back to the pool once the

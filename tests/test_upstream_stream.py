@@ -57,7 +57,8 @@ def endpoint() -> Endpoint:
 
 
 def stream_of(endpoint: Endpoint, *reads: bytes) -> UpstreamStream:
-    return UpstreamStream(endpoint, ScriptedResponse(*reads), Meter(t_sent=time.perf_counter()), stall_s=5.0)
+    return UpstreamStream(endpoint, ScriptedResponse(*reads), Meter(t_sent=time.perf_counter()), stall_s=5.0,
+                          first_token_early=True)
 
 
 async def test_the_first_token_is_handed_on_before_the_rest_of_its_read_is_parsed(endpoint: Endpoint) -> None:
@@ -98,3 +99,12 @@ async def test_reads_after_the_gate_are_batches_of_their_own(endpoint: Endpoint)
         batches.append([c["choices"][0]["delta"]["content"] for _, c in batch])
     assert batches == [["a"], ["b", "c"]]
     assert stream.meter.token_chunks == 3 and stream.meter.t_last > stream.meter.t_first
+
+
+async def test_for_a_json_client_the_gate_parses_the_whole_read(endpoint: Endpoint) -> None:
+    # It waits for every event anyway: stopping at the first token would only cost another batch.
+    stream = UpstreamStream(endpoint, ScriptedResponse(chunk({"content": "a"}) + chunk({"content": "b"})),
+                            Meter(t_sent=time.perf_counter()), stall_s=5.0)
+    await stream.open_gate(5.0)
+    first = await stream.next_batch()
+    assert first is not None and len(first) == 2 and stream.answer == ["a", "b"]
