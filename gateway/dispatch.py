@@ -40,7 +40,6 @@ from gateway.errors import (
 )
 from gateway.health import HealthBoard
 from gateway.record import Recorder, make_sample
-from gateway.relay import Meter, StreamBroken, UpstreamStream
 from gateway.retry import (
     RetryBudget,
     come_back_after,
@@ -57,6 +56,7 @@ from gateway.shaper import Shaper, estimated_tokens
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
+from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
 
 _MAX_ERROR_BODY = 64 * 1024
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}

@@ -40,10 +40,11 @@ from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import read_body
-from gateway.relay import ChunkBatches, UpstreamStream, collect, sse_body
+from gateway.relay import ChunkBatches, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
+from gateway.upstream_stream import UpstreamStream
 
 CHAT = ChatApi()
 

@@ -14,10 +14,10 @@ from gateway.capacity import Capacity
 from gateway.config import Endpoint
 from gateway.health import HealthBoard
 from gateway.metrics import Metrics
-from gateway.relay import Meter
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
+from gateway.upstream_stream import Meter
 
 log = logging.getLogger("ultraroute")
 

@@ -19,10 +19,10 @@ from pydantic import SecretStr
 from gateway.config import Provider, build_catalogue, parse_catalogue
 from gateway.dispatch import _open
 from gateway.errors import UpstreamError, error_body
-from gateway.relay import Meter
 from gateway.simulator import Simulator
 from gateway.simulator.config import parse_sim_config
 from gateway.upstream import REDACTED, Upstreams, redact
+from gateway.upstream_stream import Meter
 
 KEY = "sk-live-0123456789abcdefXYZ"
 

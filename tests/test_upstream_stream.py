@@ -1,4 +1,4 @@
-"""`relay.UpstreamStream`: the first-token gate and the batches after it, read from a scripted response.
+"""`upstream_stream.UpstreamStream`: the first-token gate and the batches after it, from a scripted response.
 
 The response is a fake at the `UpstreamResponse` seam whose body arrives as the given network reads.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config import Endpoint, build_catalogue, parse_catalogue
 from gateway.errors import UpstreamError
-from gateway.relay import Meter, UpstreamStream
+from gateway.upstream_stream import Meter, UpstreamStream
 
 
 class ScriptedResponse:

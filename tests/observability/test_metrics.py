@@ -20,10 +20,10 @@ from gateway.dispatch import Served, Skip
 from gateway.health import HealthBoard
 from gateway.metrics import LATENCY_BUCKETS, TPS_BUCKETS, Metrics, count_fallback
 from gateway.record import Recorder
-from gateway.relay import Meter
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.upstream_stream import Meter
 
 ALLOWED_LABELS = {"api", "model", "endpoint", "provider", "tier", "status", "kind", "from_tier", "to_tier", "reason",
                   "le"}

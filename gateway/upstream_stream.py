@@ -1,0 +1,280 @@
+"""Reading one upstream SSE stream: the first-token gate, the batches after it, and their timings.
+
+`UpstreamStream` wraps one opened upstream response. `open_gate()` reads until the first token (the
+first-chunk gate: until then nothing has been sent to the client, so the dispatcher may still fail
+over). `next_batch()` then returns the events of each network read -- each as its raw `data:` payload
+and its parsed chunk -- timing them in a `Meter`: time to first token, time to first answer token,
+last token, token counts and `usage`. For a streaming client the gate stops parsing at the first
+token, which is handed on before the rest of its read is parsed.
+
+When the upstream sent no usage (llama.cpp's server ignores `stream_options.include_usage`), the
+meter estimates it at the end (`Meter.settle_usage`): output tokens from the token chunks relayed,
+input tokens from the request's size; the usage object then says `"estimated": true`, a streaming
+client that asked for usage still gets its usage chunk, and cost and budgets use the figure.
+How the batches reach the client is relay.py's business.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.config import Endpoint
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.serve.lag import Budget, LoopLag
+from gateway.sse import DONE, SSEDecoder
+from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
+
+
+class StreamBroken(UpstreamError):
+    """The upstream failed after its first token: a read error, a stall, or an error event."""
+
+    def __init__(self, message: str, status: int = 502, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message, status=status, body=body)
+        self.metric_label = "stream_broken"
+
+
+@dataclass(slots=True)
+class Meter:
+    """Timings (perf_counter seconds) and counts of one attempt. Mutable; owned by one coroutine."""
+
+    t_sent: float
+    t_first: float | None = None
+    t_first_answer: float | None = None
+    t_last: float | None = None
+    t_end: float | None = None
+    token_chunks: int = 0
+    usage: dict[str, Any] | None = None
+    malformed: int = 0
+    done: bool = False
+    prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
+    usage_estimated: bool = False
+
+    def settle_usage(self) -> None:
+        """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""
+        if self.usage is None and (self.t_first is not None or self.done):
+            output = self.token_chunks
+            self.usage = {"prompt_tokens": self.prompt_estimate, "completion_tokens": output,
+                          "total_tokens": self.prompt_estimate + output, "estimated": True}
+            self.usage_estimated = True
+
+    @property
+    def output_tokens(self) -> int:
+        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
+            return int(self.usage["completion_tokens"])
+        return self.token_chunks
+
+    @property
+    def decode_tps(self) -> float | None:
+        n = self.output_tokens
+        if n < 2 or self.t_first is None or self.t_last is None or self.t_last <= self.t_first:
+            return None
+        return (n - 1) / (self.t_last - self.t_first)
+
+
+Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
+
+
+def _error_from_event(error: Any) -> UpstreamError:
+    body = error if isinstance(error, dict) else {"message": str(error)}
+    code = body.get("code")
+    status = code if isinstance(code, int) and 400 <= code < 600 else 502
+    return UpstreamError(str(body.get("message") or "upstream error event"), status=status, body=body)
+
+
+_ANSWER, _REASONING = "answer", "reasoning"
+_ERROR_KEY = b'"error"'
+
+
+def _token_kind(choice: dict[str, Any], delta: dict[str, Any] | None) -> str | None:
+    """Whether a choice without content is a token: an answer (tool calls, a refusal, a legacy
+    completion's `text`), reasoning, or neither (a role or finish chunk)."""
+    if delta and (delta.get("tool_calls") or delta.get("refusal")):
+        return _ANSWER
+    if choice.get("text"):  # a legacy completion's chunk
+        return _ANSWER
+    if delta and (delta.get("reasoning_content") or delta.get("reasoning")):
+        return _REASONING
+    return None
+
+
+class UpstreamStream:
+    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
+                 lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False) -> None:
+        self.endpoint = endpoint
+        self._lag = lag  # the loop's own lag does not count against the stall timeout
+        self.whole = whole  # one JSON answer, not SSE (embeddings): read whole at the gate
+        self.meter = meter
+        self._response = response
+        self._reads = response.aiter_raw()
+        self._decoder = SSEDecoder()
+        self._stall_s = stall_s
+        self._pending: list[Event] = []
+        # For a streaming client (`first_token_early`): the rest of the read that brought the first
+        # token, parsed only after the gate has opened, so the first token reaches the client without
+        # waiting for the parse of the read's other events. (A JSON client waits for all of them.)
+        self._early = first_token_early
+        self._unparsed: list[bytes] = []
+        self._unparsed_at = 0.0  # when that read arrived: the time its tokens are metered at
+        self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
+        self._ended = False
+        self.failure: GatewayError | None = None  # set when the stream broke after the gate
+        self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
+
+    async def _read(self, budget: Budget, gate: bool = False) -> list[Event] | None:
+        """One network read within `budget`, parsed and metered; None at the end of the stream. At the
+        `gate` of a streaming client's stream, parsing stops after the first token."""
+        try:
+            with budget.timeout():
+                raw = await anext(self._reads)
+        except StopAsyncIteration:
+            return None
+        except TRANSPORT_ERRORS as exc:
+            raise StreamBroken(f"upstream connection failed mid-stream: {type(exc).__name__}") from None
+        # An error event must still fail the attempt before anything is sent (the dispatcher then
+        # falls over): a read that may hold one is parsed whole at the gate, as any other read is.
+        defer = gate and self._early and _ERROR_KEY not in raw
+        return self._parse(self._decoder.feed(raw), time.perf_counter(), defer)
+
+    def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
+        """The events of one read (arrived at `now`), metered; with `defer`, parsing stops after the
+        first token and the rest waits in `_unparsed`."""
+        meter = self.meter
+        chunks: list[Event] = []
+        texts: list[str] = []
+        tokens = 0  # token chunks in this read (reasoning included)
+        answered = False  # one of them was answer (not reasoning)
+        events = iter(payloads)
+        for payload in events:
+            if payload == DONE:
+                meter.done = True
+                continue
+            try:
+                chunk = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                meter.malformed += 1  # skipped and counted; the stream goes on
+                continue
+            if type(chunk) is not dict:
+                meter.malformed += 1
+                continue
+            if "error" in chunk:
+                raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta")
+                content = delta.get("content") if delta else None
+                if content:  # the common chunk: answer text
+                    tokens += 1
+                    answered = True
+                    if choice.get("index", 0) == 0:
+                        texts.append(content)
+                    continue
+                kind = _token_kind(choice, delta)
+                if kind:
+                    tokens += 1
+                    answered = answered or kind is _ANSWER
+            if chunk.get("usage"):
+                meter.usage = chunk["usage"]
+            chunks.append((payload, chunk))
+            if defer and tokens:
+                self._unparsed, self._unparsed_at = list(events), now
+                break
+        if tokens:  # every event of one read arrived at `now`
+            meter.token_chunks += tokens
+            meter.t_last = now
+            if meter.t_first is None:
+                meter.t_first = now
+            if answered and meter.t_first_answer is None:
+                meter.t_first_answer = now
+        if texts:
+            self.answer.extend(texts)  # only once the whole read is good: what the client will get
+        return chunks
+
+    async def _read_whole(self, budget: Budget) -> None:
+        """A JSON answer (embeddings), read to the end within `budget` and kept as one chunk. No token
+        timings: only its end-to-end latency is measured."""
+        raw = b""
+        try:
+            with budget.timeout():
+                async for part in self._reads:
+                    raw += part
+        except TimeoutError:
+            raise UpstreamTimeout(f"no answer within {budget.seconds:.1f} s") from None
+        except TRANSPORT_ERRORS as exc:
+            raise UpstreamError(f"upstream connection failed: {type(exc).__name__}", status=502) from None
+        self._ended = self.meter.done = True
+        self.meter.t_end = time.perf_counter()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            raise UpstreamError("upstream answered with something other than a JSON object", status=502)
+        if "error" in body:
+            raise _error_from_event(redact(body["error"], self.endpoint.provider))
+        if isinstance(body.get("usage"), dict):
+            self.meter.usage = body["usage"]
+        self._pending.append((raw, body))
+
+    async def open_gate(self, budget: Budget | float) -> None:
+        """Read until the first token (or the end); raise if it does not come within `budget`."""
+        if not isinstance(budget, Budget):
+            budget = Budget(budget, self._lag)
+        if self.whole:
+            await self._read_whole(budget)
+            return
+        while self.meter.t_first is None and not self.meter.done:
+            if budget.remaining() <= 0:
+                raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s")
+            try:
+                chunks = await self._read(budget, gate=True)
+            except TimeoutError:
+                raise UpstreamTimeout(f"no first token within {budget.seconds:.1f} s") from None
+            if chunks is None:
+                self._ended = True
+                break
+            self._pending.extend(chunks)
+        if self.meter.t_first is None and not self._pending:
+            raise UpstreamError("upstream closed the stream without a response", status=502)
+
+    async def next_batch(self) -> list[Event] | None:
+        """The events of the next network read that brought any (first, those read at the gate); None
+        at the end of the stream."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            return pending
+        if self._unparsed:
+            payloads, self._unparsed = self._unparsed, []
+            chunks = self._parse(payloads, self._unparsed_at)
+            if chunks:
+                return chunks
+        # Read to the end even after `[DONE]`: the connection only goes back to the pool once the
+        # response is fully consumed; closing it early would cost a new connection per request.
+        while not self._ended:
+            try:
+                chunks = await self._read(Budget(self._stall_s, self._lag))
+            except TimeoutError:
+                message = f"upstream stalled: no data for {self._stall_s:.0f} s"
+                raise StreamBroken(message, status=504) from None
+            if chunks is None:
+                break
+            if chunks:
+                return chunks
+        if self.meter.t_end is None:
+            self._ended = True
+            self.meter.t_end = time.perf_counter()
+            self.meter.settle_usage()
+        return None
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        while (chunks := await self.next_batch()) is not None:
+            yield chunks
+
+    async def aclose(self) -> None:
+        if self.meter.t_end is None:
+            self.meter.t_end = time.perf_counter()
+        self.meter.settle_usage()
+        await self._response.aclose()
