@@ -127,11 +127,21 @@ class Router:
                 model.rate_limited(sample.in_flight_at_start, self._clock())
             else:
                 first = model.tps.w < 0.5 and sample.decode_tps is not None
-                model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock())
-                if first:  # its first measured speed replaces a claim: do not wait for the ranking's TTL
+                restarted = model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock(),
+                                          sample.started_at)
+                # Its first measured speed replaces a claim, a sudden slow-down the old fit: do not
+                # wait for the ranking's TTL.
+                if first or restarted:
                     self._ranked.clear()
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key)
+
+    def progress(self, endpoint_key: str, load: float, decode_tps: float, sent_at: float) -> None:
+        """A running stream's decode rate so far (the recorder's `progress`): acted on only when it
+        says the endpoint changed (speed.py), then at once, while the rest of a burst is being routed."""
+        model = self._speed.get(endpoint_key)
+        if model is not None and model.progress(load, decode_tps, self._clock(), sent_at):
+            self._ranked.clear()
 
     # -- the plan ------------------------------------------------------------------------------
     def resolve_model(self, name: str, param: str) -> str:
@@ -394,7 +404,9 @@ class Router:
                 self._explored[key] = now
                 return c
         if self._rng.random() < self.settings.explore_rate:
-            stale = [c for c in ranked.stale if c is not default]
+            # Not one already being explored: its answer is the news; more requests meanwhile learn
+            # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
+            stale = [c for c in ranked.stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
             if stale:
                 return self._rng.choice(stale)
         return None
