@@ -88,7 +88,7 @@ class Meter:
 Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
 # Told a running stream's progress (the recorder's `progress`): endpoint, meter, sent at, in flight then.
 Progress = Callable[[Endpoint, Meter, float, int], None]
-PROGRESS_S = 0.5  # a running stream's decode rate is reported this long after its first token, and every this
+PROGRESS_S = 0.25  # a running stream's decode rate is reported this long after its first token, and every this
 
 
 def _error_from_event(error: Any) -> UpstreamError:

@@ -64,9 +64,10 @@ async def test_a_watched_stream_reports_its_rate_while_it_runs(tmp_path: Path) -
     async for _ in stream.batches():
         pass
     # 1.5 s of decode: reported after the first PROGRESS_S, while tokens were still coming, and again.
-    assert 2 <= len(reports) <= 3, reports
+    assert 2 <= len(reports) <= 1.5 / PROGRESS_S + 1, reports
     first_after, chunks, started_at, in_flight = reports[0]
-    assert PROGRESS_S <= first_after < 1.0 and 4 <= chunks < 16 and (started_at, in_flight) == (123.0, 4)
+    assert PROGRESS_S <= first_after < PROGRESS_S + 0.5 and 2 <= chunks < 16, reports
+    assert (started_at, in_flight) == (123.0, 4)
     unwatched = UpstreamStream(_endpoint(tmp_path), Paced(8, 0.1), Meter(t_sent=time.perf_counter()), 5.0)
     await unwatched.open_gate(5.0)
     async for _ in unwatched.batches():

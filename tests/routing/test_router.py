@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from dataclasses import replace
@@ -241,3 +242,27 @@ def test_a_stale_endpoint_being_explored_is_not_explored_again_meanwhile(tmp_pat
     store.begin("m/b")
     # While that one is out, its answer is the news: the rest go by speed.
     assert Counter(first(r, prefs) for _ in range(20)) == {"a/standard": 20}
+
+
+def test_an_endpoint_that_slowed_all_at_once_is_rechecked_every_few_seconds_for_a_while(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+    store, now = MemoryStore(), [0.0]
+    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=1e9)
+    r = Router(cat, store, settings, rng=random.Random(1), clock=lambda: now[0])
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    feed(r, store, "m/b", tps=150, n=8)
+    prefs = Preferences(sort=Sort.THROUGHPUT)
+    r.progress("m/a/standard", 0.0, 80.0, sent_at=time.time())  # slowed to a quarter
+    every, lasts = settings.recheck.every_s, settings.recheck.for_s
+
+    def picks(at: float, n: int = 20) -> Counter[str]:
+        now[0] = at
+        return Counter(first(r, prefs) for _ in range(n))
+
+    assert picks(0.1) == {"b": 20}
+    assert picks(every + 0.1) == {"a/standard": 1, "b": 19}  # one re-check: has it recovered?
+    store.begin("m/a/standard")
+    assert picks(2 * every + 0.2) == {"b": 20}  # not while that one is out: its answer is the news
+    store.end("m/a/standard")
+    assert picks(2 * every + 0.3) == {"a/standard": 1, "b": 19}
+    assert picks(lasts + every + 1)["a/standard"] == 0  # after a while, left to stale exploration
