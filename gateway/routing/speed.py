@@ -72,7 +72,7 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_last", "_since", "changed", "learned_capacity", "tps", "ttft")
+    __slots__ = ("_cap_at", "_last", "_since", "learned_capacity", "tps", "ttft")
 
     @property
     def slowed_at(self) -> float:
@@ -84,9 +84,6 @@ class SpeedModel:
         self.ttft = LoadFit()  # y = TTFT (s)
         self._last: float | None = None
         self._since = -math.inf  # when the request that last restarted the fit on a surprise was sent
-        # Slowed all at once, and no silence since: the claim and the shared fit (the last minutes of
-        # every replica's samples) describe the endpoint as it was, so neither shapes the curve now.
-        self.changed = False
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
 
@@ -104,8 +101,6 @@ class SpeedModel:
         fresh = gap > FORGET_S or surprise
         if surprise and sent_at is not None:
             self._since = sent_at
-        if fresh:
-            self.changed = surprise
         keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
         for fit, y in ((self.tps, y_tps), (self.ttft, ttft_s)):
@@ -125,7 +120,6 @@ class SpeedModel:
             return False
         self._since = sent_at
         self._last = now
-        self.changed = True
         self.tps.scale(0.0)
         self.tps.add(in_flight, y)
         return True
@@ -245,10 +239,7 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
-    if model is not None and model.changed:  # the claim and the shared fit describe it as it was
-        tps_line = _line(model.tps, None, None)
-    else:
-        tps_line = _line(model.tps if model else None, shared_tps, None, prior)
+    tps_line = _line(model.tps if model else None, shared_tps, None, prior)
     claimed = tps_line is None
     if tps_line is None and prior is not None:
         tps_line = (prior, DEFAULT_RELATIVE_SLOWDOWN * prior)

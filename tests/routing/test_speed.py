@@ -175,19 +175,3 @@ def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
     assert model.observe(10, 62.0, 0.3, now=4.0, sent_at=1.05) is False
     assert _tps(model, 9, ep) == pytest.approx(61.0, rel=0.05)
 
-
-def test_after_a_slow_down_neither_the_claim_nor_the_shared_fit_makes_it_look_fast_when_idle(tmp_path: Path) -> None:
-    # Claimed (and for a while measured) 260 tok/s with 5% per user; then a third of that, seen at ~13
-    # in flight. The claim, and the shared fit of the last minutes, describe it as it was: idle, it is
-    # not predicted near 260 (which sent it a new burst of requests, each at a third of the speed).
-    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 260})
-    model, shared = SpeedModel(), LoadFit()
-    for t, n in enumerate([5, 9, 13, 17] * 3):
-        model.observe(n, 260 / (1 + 0.05 * n), 0.3, now=t * 0.1, sent_at=t * 0.1)
-        shared.add(n, (1 + 0.05 * n) / 260)
-    assert model.progress(13, 50.0, now=2.0, sent_at=2.0) is True
-    shared.add(13, 1 / 50.0)
-    assert _tps(model, -1, ep, shared) < 80
-    # After a long silence the fit starts afresh, and the claim counts again as for any endpoint.
-    model.observe(1, 250.0, 0.3, now=20.0, sent_at=20.0)
-    assert not model.changed
