@@ -244,7 +244,7 @@ def test_a_stale_endpoint_being_explored_is_not_explored_again_meanwhile(tmp_pat
     assert Counter(first(r, prefs) for _ in range(20)) == {"a/standard": 20}
 
 
-def test_an_endpoint_that_slowed_all_at_once_is_rechecked_every_few_seconds_for_a_while(tmp_path: Path) -> None:
+def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_for_a_while(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
     store, now = MemoryStore(), [0.0]
     settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=1e9)
@@ -253,16 +253,18 @@ def test_an_endpoint_that_slowed_all_at_once_is_rechecked_every_few_seconds_for_
     feed(r, store, "m/b", tps=150, n=8)
     prefs = Preferences(sort=Sort.THROUGHPUT)
     r.progress("m/a/standard", 0.0, 80.0, sent_at=time.time())  # slowed to a quarter
-    every, lasts = settings.recheck.every_s, settings.recheck.for_s
+    first_s, lasts = settings.recheck.first_s, settings.recheck.for_s
+    second_s = first_s * (1 + settings.recheck.backoff)
 
     def picks(at: float, n: int = 20) -> Counter[str]:
         now[0] = at
         return Counter(first(r, prefs) for _ in range(n))
 
     assert picks(0.1) == {"b": 20}
-    assert picks(every + 0.1) == {"a/standard": 1, "b": 19}  # one re-check: has it recovered?
+    assert picks(first_s + 0.1) == {"a/standard": 1, "b": 19}  # one re-check: has it recovered?
+    assert picks(2 * first_s + 0.2) == {"b": 20}  # the next one later (backoff)
     store.begin("m/a/standard")
-    assert picks(2 * every + 0.2) == {"b": 20}  # not while that one is out: its answer is the news
+    assert picks(second_s + 0.2) == {"b": 20}  # not while one is out: its answer is the news
     store.end("m/a/standard")
-    assert picks(2 * every + 0.3) == {"a/standard": 1, "b": 19}
-    assert picks(lasts + every + 1)["a/standard"] == 0  # after a while, left to stale exploration
+    assert picks(second_s + 0.3) == {"a/standard": 1, "b": 19}
+    assert picks(lasts + 1)["a/standard"] == 0  # after a while, left to stale exploration
