@@ -380,6 +380,7 @@ class Dispatcher:
                     raise
                 if stream.exhausted_for_s is not None:
                     self.health.cool_down(endpoint, stream.exhausted_for_s)  # served, but the next must wait
+                stream.watch(self.recorder.progress, started_at, in_flight)
                 return stream, started_at, in_flight
         raise AssertionError("unreachable: Attempts raises the last failure")
 

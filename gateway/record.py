@@ -20,6 +20,7 @@ from gateway.telemetry.store import TelemetryStore
 from gateway.upstream_stream import Meter
 
 log = logging.getLogger("ultraroute")
+PROGRESS_MIN_CHUNKS = 8  # a running stream's rate is judged over at least this many chunks
 
 
 def _int(value: object) -> int:
@@ -51,6 +52,9 @@ class Recorder:
         self.metrics = metrics
         self.capacity = capacity or Capacity()  # the dispatcher acquires, every record() releases
         self._no_usage: set[str] = set()  # endpoints already reported for sending no usage
+        # Tokens per content chunk, per endpoint, from finished attempts' usage: a running stream counts
+        # chunks; one that sends several tokens a chunk must not look that many times slower.
+        self._tokens_per_chunk: dict[str, float] = {}
 
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
@@ -72,6 +76,8 @@ class Recorder:
             self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
             log.warning("endpoint %s sent no usage; the gateway estimates it (say `stream_usage: false` "
                         "in the catalogue if it never does)", endpoint.key)
+        if outcome is Outcome.OK and meter.token_chunks >= 2 and not meter.usage_estimated:
+            self._tokens_per_chunk[endpoint.key] = sample.output_tokens / meter.token_chunks
         self.telemetry.record(sample)
         self.telemetry.end(endpoint.key)
         self.capacity.release(endpoint)
@@ -80,6 +86,18 @@ class Recorder:
         if self.metrics is not None:
             self.metrics.attempt(endpoint, sample)
         return sample
+
+    def progress(self, endpoint: Endpoint, meter: Meter, started_at: float, in_flight_at_start: int) -> None:
+        """A stream still running: its decode rate so far, for the router to see a change now
+        (speed.py). Not telemetry: the attempt's one sample is recorded when it ends."""
+        if meter.t_first is None or meter.t_last is None or meter.token_chunks < PROGRESS_MIN_CHUNKS:
+            return
+        elapsed = meter.t_last - meter.t_first
+        if elapsed <= 0:
+            return
+        rate = (meter.token_chunks - 1) / elapsed * self._tokens_per_chunk.get(endpoint.key, 1.0)
+        load = (in_flight_at_start + max(0, self.telemetry.in_flight(endpoint.key) - 1)) / 2.0
+        self.router.progress(endpoint.key, load, rate, started_at)
 
 
 def make_sample(

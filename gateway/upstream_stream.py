@@ -17,7 +17,7 @@ How the batches reach the client is relay.py's business.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,9 @@ class Meter:
 
 
 Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
+# Told a running stream's progress (the recorder's `progress`): endpoint, meter, sent at, in flight then.
+Progress = Callable[[Endpoint, Meter, float, int], None]
+PROGRESS_S = 0.25  # a running stream's decode rate is reported this long after its first token, and every this
 
 
 def _error_from_event(error: Any) -> UpstreamError:
@@ -124,6 +127,16 @@ class UpstreamStream:
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
         self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
+        self._progress: Progress | None = None
+        self._progress_of: tuple[float, int] = (0.0, 0)  # sent at (wall clock), in flight then
+        self._check_at = float("inf")  # perf_counter time of the next progress report
+
+    def watch(self, progress: Progress, started_at: float, in_flight_at_start: int) -> None:
+        """Report the decode rate while the stream runs (PROGRESS_S), so that a slow-down is seen
+        from the first streams it touches rather than when they end."""
+        self._progress = progress
+        self._progress_of = (started_at, in_flight_at_start)
+        self._check_at = 0.0
 
     async def _read(self, budget: Budget, gate: bool = False) -> list[Event] | None:
         """One network read within `budget`, parsed and metered; None at the end of the stream. At the
@@ -191,7 +204,18 @@ class UpstreamStream:
                 meter.t_first_answer = now
         if texts:
             self.answer.extend(texts)  # only once the whole read is good: what the client will get
+        if now >= self._check_at:
+            self._report(now)
         return chunks
+
+    def _report(self, now: float) -> None:
+        t_first = self.meter.t_first
+        if t_first is None or now - t_first < PROGRESS_S:
+            self._check_at = (now if t_first is None else t_first) + PROGRESS_S
+            return
+        self._check_at = now + PROGRESS_S
+        assert self._progress is not None
+        self._progress(self.endpoint, self.meter, *self._progress_of)
 
     async def _read_whole(self, budget: Budget) -> None:
         """A JSON answer (embeddings), read to the end within `budget` and kept as one chunk. No token

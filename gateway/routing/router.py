@@ -32,6 +32,7 @@ from gateway.policy import Sort
 from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
+from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy, Rechecks
 from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, Prediction, SpeedModel, curve
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
@@ -53,6 +54,7 @@ class RouterSettings:
     head_size: int = 4  # leading candidates per tier group re-predicted with live load per request
     live_max: int = 8  # ... and at most this many in all
     near_equal: float = 0.10  # within 10% of the best counts as equal for power of two choices
+    recheck: RecheckPolicy = DEFAULT_RECHECK  # an endpoint that slowed all at once, re-checked (recheck.py)
 
 
 def split_suffix(model: str) -> tuple[str, str | None]:
@@ -107,6 +109,7 @@ class Router:
         self._clock = clock
         self._speed: dict[str, SpeedModel] = {}
         self._explored: dict[str, float] = {}  # endpoint key -> when a stale endpoint was last explored
+        self._rechecks = Rechecks(self.settings.recheck)
         self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
         self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
 
@@ -116,6 +119,7 @@ class Router:
         self.sessions = old.sessions
         self._speed = old._speed
         self._explored = old._explored
+        self._rechecks = old._rechecks
 
     # -- learning from what happened -----------------------------------------------------------
     def observe(self, sample: AttemptSample, session_key: str | None = None) -> None:
@@ -127,11 +131,25 @@ class Router:
                 model.rate_limited(sample.in_flight_at_start, self._clock())
             else:
                 first = model.tps.w < 0.5 and sample.decode_tps is not None
-                model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock())
-                if first:  # its first measured speed replaces a claim: do not wait for the ranking's TTL
+                slowed_at = model.slowed_at
+                restarted = model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock(),
+                                          sample.started_at)
+                # Its first measured speed replaces a claim, a sudden slow-down the old fit: do not
+                # wait for the ranking's TTL.
+                if first or restarted:
                     self._ranked.clear()
+                if model.slowed_at != slowed_at:
+                    self._rechecks.slowed(sample.endpoint_key, self._clock())
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key)
+
+    def progress(self, endpoint_key: str, load: float, decode_tps: float, sent_at: float) -> None:
+        """A running stream's decode rate so far (the recorder's `progress`): acted on only when it
+        says the endpoint changed (speed.py), then at once, while the rest of a burst is being routed."""
+        model = self._speed.get(endpoint_key)
+        if model is not None and model.progress(load, decode_tps, self._clock(), sent_at):
+            self._ranked.clear()
+            self._rechecks.slowed(endpoint_key, self._clock())
 
     # -- the plan ------------------------------------------------------------------------------
     def resolve_model(self, name: str, param: str) -> str:
@@ -386,6 +404,10 @@ class Router:
         if self.settings.explore_rate <= 0:
             return None
         now = self._clock()
+        if ranked.live_choice:  # one that slowed all at once, re-checked for a while (recheck.py)
+            recheck = self._rechecks.due(ranked.live, _key, self.telemetry.in_flight, now)
+            if recheck is not None:
+                return recheck
         # The cached order's first too: the live choice may be another.
         for c in ranked.stale if ranked.live_choice else ():
             key = c.endpoint.key
@@ -394,10 +416,16 @@ class Router:
                 self._explored[key] = now
                 return c
         if self._rng.random() < self.settings.explore_rate:
-            stale = [c for c in ranked.stale if c is not default]
+            # Not one already being explored: its answer is the news; more requests meanwhile learn
+            # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
+            stale = [c for c in ranked.stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
             if stale:
                 return self._rng.choice(stale)
         return None
+
+
+def _key(c: Candidate) -> str:
+    return c.endpoint.key
 
 
 def _cache_pays(endpoint: Endpoint) -> bool:

@@ -17,6 +17,15 @@ rate and TTFT, its end-to-end time, and the time it adds to the requests already
 the router from piling onto the endpoint that looked fastest until it is no longer fast. The score
 `sort: throughput` minimises is the decode time of this request plus that marginal cost.
 
+Change: a sample far slower than the local fit predicts at its load (`SURPRISE` times, the load's
+and the slope's uncertainty allowed for) says the endpoint itself changed -- a tier slowed to a
+third -- and the fit starts afresh from it, as after `FORGET_S` of silence. Evidence is as
+old as when its request was sent: after such a restart, samples of requests sent before the one that
+caused it are dropped (they describe the endpoint as it was). A running stream's decode rate so far
+(`progress`, every few tenths of a second) is checked the same way, so a slow-down is seen from the
+first requests sent after it, not seconds later when they end; only a surprise acts on it, the rest
+waits for the request's own sample.
+
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
 found again. Nothing here does I/O.
@@ -36,6 +45,9 @@ DEFAULT_RELATIVE_SLOWDOWN = 0.01
 DECAY = 0.85  # weight kept by old samples at each new one: ~7 samples of memory ...
 HALF_LIFE_S = 3.0  # ... and halved every 3 s: a sample after a pause (exploration) outweighs the old
 FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
+# A sample this many times slower than the local fit predicts at its load: the endpoint changed. A
+# tier slowed to a third is well past it; noise of a busy machine over half a second of decode is not.
+SURPRISE = 2.0
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
 # A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
 ERROR_PENALTY = 2.0
@@ -60,28 +72,77 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_last", "learned_capacity", "tps", "ttft")
+    __slots__ = ("_cap_at", "_last", "_since", "learned_capacity", "tps", "ttft")
+
+    @property
+    def slowed_at(self) -> float:
+        """When the request was sent that last showed a sudden slow-down (wall clock; -inf: never)."""
+        return self._since
 
     def __init__(self) -> None:
         self.tps = LoadFit()  # y = 1 / decode rate (s per token)
         self.ttft = LoadFit()  # y = TTFT (s)
         self._last: float | None = None
+        self._since = -math.inf  # when the request that last restarted the fit on a surprise was sent
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
 
-    def observe(self, in_flight: int, decode_tps: float | None, ttft_s: float | None, now: float) -> None:
+    def observe(self, in_flight: float, decode_tps: float | None, ttft_s: float | None, now: float,
+                sent_at: float | None = None) -> bool:
+        """One finished attempt (`sent_at`: when its request was sent, wall clock). True when it
+        restarted the fit (silence or a surprise): then rankings built on the old fit are stale."""
         if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
-            return
+            return False
+        if sent_at is not None and sent_at < self._since:
+            return False  # older evidence than what the fit was restarted from
+        y_tps = None if not decode_tps or decode_tps <= 0 else 1.0 / decode_tps
         gap = math.inf if self._last is None else max(0.0, now - self._last)
-        fresh = gap > FORGET_S
+        surprise = y_tps is not None and self._slowed(in_flight, y_tps)
+        fresh = gap > FORGET_S or surprise
+        if surprise and sent_at is not None:
+            self._since = sent_at
         keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
-        for fit, y in ((self.tps, None if not decode_tps or decode_tps <= 0 else 1.0 / decode_tps),
-                       (self.ttft, ttft_s)):
+        for fit, y in ((self.tps, y_tps), (self.ttft, ttft_s)):
             if y is None:
                 continue
             fit.scale(keep)
             fit.add(in_flight, y)
+        return fresh
+
+    def progress(self, in_flight: float, decode_tps: float, now: float, sent_at: float) -> bool:
+        """A running attempt's decode rate so far. Only a surprise acts on it: the speed fit restarts
+        from it (True). Anything else waits for the attempt's own sample, which counts once."""
+        if decode_tps <= 0 or sent_at < self._since:
+            return False
+        y = 1.0 / decode_tps
+        if not self._slowed(in_flight, y):
+            return False
+        self._since = sent_at
+        self._last = now
+        self.tps.scale(0.0)
+        self.tps.add(in_flight, y)
+        return True
+
+    def _slowed(self, x: float, y: float) -> bool:
+        """Whether s-per-token `y` at load `x` is `SURPRISE` times slower than the local fit predicts:
+        with a measured slope, at one request more than `x` (a sample's load is a mean of two counts);
+        without, allowing any slow-down with load up to PLAUSIBLE_SLOWDOWN per user (a sample at a
+        higher load than the fit's is not a change of the endpoint). Only slower: a restart from a fast
+        sample would drop the slope that keeps a burst off a steep endpoint, while a faster endpoint
+        wins its traffic back through the fit within a few samples anyway."""
+        fit = self.tps
+        if fit.w < 0.5:
+            return False
+        mx, my = fit.sx / fit.w, fit.sy / fit.w
+        slope = fit.confident_slope()
+        if slope is not None:
+            line = _line(fit, None, slope)
+            assert line is not None
+            expected = line[0] + line[1] * (x + 1.0)
+        else:
+            expected = my * (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, x - mx))
+        return y > SURPRISE * expected
 
     def rate_limited(self, in_flight: int, now: float) -> None:
         """A 429 with `in_flight` others in flight (all replicas): it takes at most that many."""

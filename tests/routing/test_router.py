@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +13,8 @@ import pytest
 from gateway.context import Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import PercentileThreshold, Sort, Speed
+from gateway.routing.router import Router, RouterSettings
+from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.routing.helpers import catalogue, chat, endpoint, feed, first, router
 
@@ -206,3 +210,61 @@ def test_only_naming_an_endpoint_admits_its_tier(tmp_path: Path) -> None:
     assert first(r, Preferences(only=("ultra/ultrafast",))) == "ultra/ultrafast"
     with pytest.raises(NoMatchingEndpoint):
         r.plan(chat(), Preferences(only=("ultra",)))  # a provider name is a filter, not a request for a tier
+
+
+def test_a_stream_that_shows_a_slow_down_turns_the_next_requests_away_at_once(tmp_path: Path) -> None:
+    # Rankings cached for a minute: the news must not wait for them, nor for the stream's end.
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+    store = MemoryStore()
+    r = Router(cat, store, RouterSettings(explore_rate=0.0, cold_explore_rate=0.0, ranking_ttl_s=60.0))
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    feed(r, store, "m/b", tps=150, n=8)
+    prefs = Preferences(sort=Sort.THROUGHPUT)
+    assert first(r, prefs) == "a/standard"
+    r.progress("m/a/standard", 0.0, 290.0, sent_at=time.time())  # as expected: nothing changes
+    assert first(r, prefs) == "a/standard"
+    r.progress("m/a/standard", 0.0, 100.0, sent_at=time.time())  # a stream sent now decodes at a third
+    assert first(r, prefs) == "b"
+
+
+def test_a_stale_endpoint_being_explored_is_not_explored_again_meanwhile(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+    r, store = router(cat, explore_rate=1.0)  # every request would explore a stale endpoint by chance
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    long_ago = time.time() - 60
+    for _ in range(5):  # b: slow, and not seen for a minute
+        sample = AttemptSample(endpoint_key="m/b", started_at=long_ago, outcome=Outcome.OK, status=200,
+                               ttft_s=0.5, ttfat_s=0.5, decode_tps=60.0, e2e_s=3.0, output_tokens=100)
+        store.record(sample)
+        r.observe(sample)
+    prefs = Preferences(sort=Sort.THROUGHPUT)
+    assert first(r, prefs) == "b"  # explored: stale
+    store.begin("m/b")
+    # While that one is out, its answer is the news: the rest go by speed.
+    assert Counter(first(r, prefs) for _ in range(20)) == {"a/standard": 20}
+
+
+def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_for_a_while(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+    store, now = MemoryStore(), [0.0]
+    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=1e9)
+    r = Router(cat, store, settings, rng=random.Random(1), clock=lambda: now[0])
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    feed(r, store, "m/b", tps=150, n=8)
+    prefs = Preferences(sort=Sort.THROUGHPUT)
+    r.progress("m/a/standard", 0.0, 80.0, sent_at=time.time())  # slowed to a quarter
+    first_s, lasts = settings.recheck.first_s, settings.recheck.for_s
+    second_s = first_s * (1 + settings.recheck.backoff)
+
+    def picks(at: float, n: int = 20) -> Counter[str]:
+        now[0] = at
+        return Counter(first(r, prefs) for _ in range(n))
+
+    assert picks(0.1) == {"b": 20}
+    assert picks(first_s + 0.1) == {"a/standard": 1, "b": 19}  # one re-check: has it recovered?
+    assert picks(2 * first_s + 0.2) == {"b": 20}  # the next one later (backoff)
+    store.begin("m/a/standard")
+    assert picks(second_s + 0.2) == {"b": 20}  # not while one is out: its answer is the news
+    store.end("m/a/standard")
+    assert picks(second_s + 0.3) == {"a/standard": 1, "b": 19}
+    assert picks(lasts + 1)["a/standard"] == 0  # after a while, left to stale exploration

@@ -122,3 +122,56 @@ def test_a_claim_the_measurements_contradict_is_dropped(tmp_path: Path) -> None:
     for t, n in enumerate([3, 4, 5, 4]):
         model.observe(n, 70.0, None, now=t * 0.01)
     assert _tps(model, 0, ep) < 80  # judged by what it does, also alone
+
+
+def test_a_sample_far_slower_than_the_fit_restarts_it_and_older_evidence_is_dropped(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t in range(10):
+        model.observe(10, 200.0, 0.3, now=t * 0.1, sent_at=100.0 + t * 0.1)
+    # Slowed to a third: the first request sent after it says so, and the fit starts from it.
+    assert model.observe(10, 65.0, 0.3, now=1.1, sent_at=102.0) is True
+    assert _tps(model, 9, ep) == pytest.approx(65.0, rel=0.05)
+    # A request sent before that one ends later, at the old speed: it describes the endpoint as it was.
+    assert model.observe(10, 200.0, 0.3, now=1.2, sent_at=101.9) is False
+    assert _tps(model, 9, ep) == pytest.approx(65.0, rel=0.05)
+    # Back to full speed, seen by requests sent later: the fit follows within a few samples.
+    for t in range(3):
+        model.observe(10, 200.0, 0.3, now=5.0 + t * 0.1, sent_at=106.0 + t * 0.1)
+    assert _tps(model, 9, ep) > 150
+
+
+def test_a_sample_at_another_load_or_a_faster_one_is_not_a_change(tmp_path: Path) -> None:
+    # Seen alone at 400 tok/s, then at ~5 in flight: a steep slow-down with load, not a change, while
+    # the slope is not yet measured (PLAUSIBLE_SLOWDOWN allows for it).
+    model = SpeedModel()
+    for t in range(3):
+        model.observe(0, 400.0, 0.06, now=t * 0.1, sent_at=t * 0.1)
+    assert model.observe(5, 130.0, 0.06, now=0.5, sent_at=0.5) is False
+    assert model.progress(6, 110.0, now=0.6, sent_at=0.6) is False
+    # Measured steep (50% per user): faster at low load is the slope, and never restarts the fit (a
+    # restart from it would lose the slope that keeps a burst off this endpoint).
+    steep = SpeedModel()
+    for t, n in enumerate([1, 3, 5, 7] * 3):
+        steep.observe(n, 400 / (1 + 0.5 * n), 0.06, now=t * 0.01, sent_at=t * 0.01)
+    assert steep.observe(0, 400.0, 0.06, now=1.0, sent_at=1.0) is False
+    assert steep.progress(8, 400 / (1 + 0.5 * 9), now=1.1, sent_at=1.1) is False  # a user more than it says
+
+
+def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t in range(10):
+        model.observe(10, 200.0, 0.3, now=t * 0.1, sent_at=t * 0.1)
+    before = model.tps.state()
+    assert model.progress(10, 180.0, now=1.1, sent_at=1.0) is False  # as expected: left to its own sample
+    assert model.progress(10, 900.0, now=1.1, sent_at=1.0) is False  # faster: left to it too
+    assert model.tps.state() == before
+    assert model.progress(10, 60.0, now=1.2, sent_at=1.05) is True  # a third: the endpoint changed
+    assert _tps(model, 9, ep) == pytest.approx(60.0, rel=0.05)
+    # Streams sent before it, still running at the old speed, do not undo it; its own end counts.
+    assert model.progress(10, 200.0, now=1.3, sent_at=1.0) is False
+    assert model.observe(10, 200.0, 0.3, now=1.4, sent_at=0.9) is False
+    assert model.observe(10, 62.0, 0.3, now=4.0, sent_at=1.05) is False
+    assert _tps(model, 9, ep) == pytest.approx(61.0, rel=0.05)
+

@@ -1,0 +1,102 @@
+"""A running stream's progress: the relay reports its decode rate while it runs (relay.PROGRESS_S), and
+the recorder hands the router that rate in tokens (routing/speed.py decides what it means)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.config import Endpoint
+from gateway.health import HealthBoard
+from gateway.record import Recorder
+from gateway.telemetry import MemoryStore
+from gateway.telemetry.sample import Outcome
+from gateway.upstream_stream import PROGRESS_S, Meter, UpstreamStream
+from tests.routing.helpers import catalogue, endpoint
+
+
+def chunk(text: str) -> bytes:
+    return b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + b"\n\n"
+
+
+class Paced:
+    """A 200 response whose body is `n` one-token chunks, `every_s` apart."""
+
+    status_code = 200
+    headers: Mapping[str, str] = {}
+
+    def __init__(self, n: int, every_s: float) -> None:
+        self.n, self.every_s = n, every_s
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        for i in range(self.n):
+            if i:
+                await asyncio.sleep(self.every_s)
+            yield chunk("t")
+        yield b"data: [DONE]\n\n"
+
+    async def aread(self) -> bytes:
+        return b""
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _endpoint(tmp_path: Path) -> Endpoint:
+    return catalogue(tmp_path, [endpoint("a")]).models["m"][0]
+
+
+async def test_a_watched_stream_reports_its_rate_while_it_runs(tmp_path: Path) -> None:
+    reports: list[tuple[float, int, float, int]] = []
+
+    def progress(ep: Endpoint, meter: Meter, started_at: float, in_flight: int) -> None:
+        assert meter.t_first is not None
+        reports.append((time.perf_counter() - meter.t_first, meter.token_chunks, started_at, in_flight))
+
+    stream = UpstreamStream(_endpoint(tmp_path), Paced(16, 0.1), Meter(t_sent=time.perf_counter()), 5.0)
+    await stream.open_gate(5.0)
+    stream.watch(progress, 123.0, 4)
+    async for _ in stream.batches():
+        pass
+    # 1.5 s of decode: reported after the first PROGRESS_S, while tokens were still coming, and again.
+    assert 2 <= len(reports) <= 1.5 / PROGRESS_S + 1, reports
+    first_after, chunks, started_at, in_flight = reports[0]
+    assert PROGRESS_S <= first_after < PROGRESS_S + 0.5 and 2 <= chunks < 16, reports
+    assert (started_at, in_flight) == (123.0, 4)
+    unwatched = UpstreamStream(_endpoint(tmp_path), Paced(8, 0.1), Meter(t_sent=time.perf_counter()), 5.0)
+    await unwatched.open_gate(5.0)
+    async for _ in unwatched.batches():
+        pass  # no hook: nothing to call, nothing raised
+
+
+class Router:
+    def __init__(self) -> None:
+        self.progressed: list[tuple[str, float, float, float]] = []
+
+    def progress(self, key: str, load: float, decode_tps: float, sent_at: float) -> None:
+        self.progressed.append((key, load, decode_tps, sent_at))
+
+    def observe(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_the_recorder_reports_tokens_not_chunks(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    store, router = MemoryStore(), Router()
+    recorder = Recorder(store, router, HealthBoard())  # type: ignore[arg-type]
+    # This endpoint sends two tokens a chunk: 20 tokens in 10 chunks, said its usage.
+    done = Meter(t_sent=0.0, t_first=0.1, t_last=1.0, t_end=1.0, token_chunks=10,
+                 usage={"prompt_tokens": 1, "completion_tokens": 20})
+    recorder.begin(ep)
+    recorder.record(ep, done, Outcome.OK, 200, 100.0, 0)
+    running = Meter(t_sent=0.0, t_first=0.1, t_last=1.1, token_chunks=11)
+    recorder.begin(ep)
+    recorder.progress(ep, running, 200.0, 0)
+    assert router.progressed == [(ep.key, 0.0, 20.0, 200.0)]  # 10 chunks/s, two tokens each
+    recorder.progress(ep, Meter(t_sent=0.0, t_first=0.1, t_last=0.2, token_chunks=3), 200.0, 0)
+    assert len(router.progressed) == 1  # too few chunks to judge a rate by
