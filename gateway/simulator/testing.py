@@ -47,10 +47,21 @@ def make_sim_config(endpoints: dict[str, dict[str, Any]], **top: Any) -> dict[st
     port unless given, gets a free port. `top` sets top-level keys (host, seed, admin_port)."""
     host = top.get("host", "127.0.0.1")
     config: dict[str, Any] = {"host": host, "seed": 0, **top}
+    taken = {config["admin_port"]} if config.get("admin_port") else set()
+    taken |= {profile["port"] for profile in endpoints.values() if profile.get("port")}
+
+    def distinct_port() -> int:
+        # Each free_port() socket is closed before the next is bound, so the kernel may hand the
+        # same port out twice (seen once in a busy test run): the config would then be refused.
+        while (port := free_port(host)) in taken:
+            pass
+        taken.add(port)
+        return port
+
     if not config.get("admin_port"):
-        config["admin_port"] = free_port(host)
+        config["admin_port"] = distinct_port()
     config["endpoints"] = {
-        name: {**profile, "port": profile.get("port") or free_port(host)}
+        name: {**profile, "port": profile.get("port") or distinct_port()}
         for name, profile in endpoints.items()
     }
     return config

@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.simulator import testing
 from gateway.simulator.config import parse_sim_config
 from gateway.simulator.testing import SimFactory, SimProcess, make_sim_config
 
@@ -118,3 +119,12 @@ async def test_hundreds_of_concurrent_streams_are_cheap(sim_factory: SimFactory)
     ttfts = [a["ttft_ms"] for a in stats["attempts"]]
     assert statistics.median(ttfts) == pytest.approx(200, rel=0.05)
     assert 0.05 < statistics.pstdev(ttfts) / 200 < 0.2
+
+
+def test_make_sim_config_never_gives_two_endpoints_one_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernel may hand out a just-closed port again: the second ask must not reuse it.
+    ports = iter([5000, 5000, 5001, 5000, 5001, 5002])
+    monkeypatch.setattr(testing, "free_port", lambda host="127.0.0.1": next(ports))
+    config = make_sim_config({"a": {}, "b": {}})
+    assert [config["admin_port"], config["endpoints"]["a"]["port"], config["endpoints"]["b"]["port"]] == [
+        5000, 5001, 5002]
