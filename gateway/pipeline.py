@@ -34,8 +34,9 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.chat import ChatApi
+from gateway.attempt import outcome_of
 from gateway.context import ChatRequest, RequestContext
-from gateway.dispatch import Served, outcome_of
+from gateway.dispatch import Served
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback

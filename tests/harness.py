@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from gateway.simulator.testing import free_port as free_port  # one definition, shared with the simulator's tests
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,12 +63,6 @@ def terminate(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def catalogue_for(sim: Any, models: dict[str, list[dict[str, Any]]],

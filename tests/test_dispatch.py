@@ -16,9 +16,10 @@ import httpx
 import orjson
 import pytest
 
+from gateway.attempt import upstream_body
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
-from gateway.dispatch import Dispatcher, DispatchLimits, upstream_body
+from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError, error_body
 from gateway.health import HealthBoard
 from gateway.record import Recorder

@@ -18,8 +18,8 @@ import pytest
 from aiohttp.client_proto import ResponseHandler
 from pydantic import SecretStr
 
+from gateway.attempt import open_attempt
 from gateway.config import Provider, build_catalogue, parse_catalogue
-from gateway.dispatch import _open
 from gateway.errors import UpstreamError, error_body
 from gateway.simulator import Simulator
 from gateway.simulator.config import parse_sim_config
@@ -74,7 +74,7 @@ async def test_echoed_key_is_redacted_and_never_logged_over_real_sockets(
             raw = await upstreams.open(endpoint, body)
             assert KEY in (await raw.aread()).decode()
             with pytest.raises(UpstreamError) as info:
-                await _open(upstreams, endpoint, body, Meter(t_sent=time.perf_counter()), 5.0, 5.0)
+                await open_attempt(upstreams, endpoint, body, Meter(t_sent=time.perf_counter()), 5.0, 5.0)
         finally:
             await upstreams.aclose()
     err = info.value

@@ -1,0 +1,116 @@
+"""One attempt at one endpoint, up to its first token: the body sent, the request, the status, the gate.
+
+`open_attempt()` sends the request (always streaming, with usage: `upstream_body()`), turns a non-200
+answer into the `UpstreamError` it means (`Retry-After` kept, the provider's text redacted, a refused
+key reported as misconfiguration), and passes the first-chunk gate within the first-token budget.
+`outcome_of()` names what a failed attempt was, for telemetry. Which endpoint to try, and what to do
+after a failure, is the dispatcher's business (dispatch.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import orjson
+
+from gateway.config import Endpoint
+from gateway.context import ChatRequest
+from gateway.errors import GatewayError, UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
+from gateway.retry import rate_limit_exhausted, retry_after
+from gateway.routing.filters import CHARS_PER_TOKEN
+from gateway.serve.lag import Budget, LoopLag
+from gateway.telemetry.sample import Outcome
+from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
+from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+# Where each upstream API lives under a provider's base URL.
+UPSTREAM_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
+
+
+def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
+    body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
+    body["model"] = endpoint.upstream_model
+    if request.upstream == "embeddings":
+        return orjson.dumps(body)  # one JSON answer: only its latency is measured
+    body["stream"] = True  # always: so time to first token and decode rate are measured for every request
+    if endpoint.stream_usage:  # else it would be ignored (or refused): the relay estimates usage
+        body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
+    return orjson.dumps(body)
+
+
+def prompt_estimate(request: ChatRequest) -> int:
+    """Input tokens guessed from the request's size, for an upstream that reports no usage."""
+    return -(-request.prompt_chars // CHARS_PER_TOKEN)
+
+
+def outcome_of(err: GatewayError) -> Outcome:
+    if isinstance(err, UpstreamUnreachable):
+        return Outcome.CONNECT_ERROR
+    if isinstance(err, UpstreamTimeout) or (isinstance(err, StreamBroken) and err.status in (408, 504)):
+        return Outcome.TIMEOUT
+    if err.status == 429:
+        return Outcome.RATE_LIMITED
+    if isinstance(err, UpstreamMisconfigured) or err.status >= 500:
+        return Outcome.SERVER_ERROR
+    return Outcome.CLIENT_ERROR
+
+
+async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -> UpstreamError:
+    raw = b""
+    try:
+        async for part in response.aiter_raw():
+            raw += part
+            if len(raw) > _MAX_ERROR_BODY:
+                break
+    except TRANSPORT_ERRORS:
+        pass
+    finally:
+        await response.aclose()
+    status = response.status_code
+    error: Any = None
+    with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+        error = orjson.loads(raw).get("error")
+    body = redact(error, endpoint.provider) if isinstance(error, dict) else None
+    message = str(body.get("message")) if body and body.get("message") else f"upstream returned HTTP {status}"
+    if status in (401, 403):
+        # Our key is wrong or lacks access: that endpoint is misconfigured; the provider's text may
+        # echo the key, so it is not passed on.
+        return UpstreamMisconfigured(f"provider rejected the gateway's credentials (HTTP {status})", status)
+    return UpstreamError(message, status=status, body=body, retry_after_s=retry_after(response.headers))
+
+
+async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
+                       stall_s: float, lag: LoopLag | None = None, upstream: str = "chat",
+                       streaming: bool = False) -> UpstreamStream:
+    """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
+    upstream time, so the event loop's own lag meanwhile (`lag`) does not spend it. For embeddings,
+    which do not stream, the whole answer within it. `streaming`: the client streams, so the first
+    token is handed on before the rest of its read is parsed (see `UpstreamStream`)."""
+    budget = Budget(budget_s, lag)
+    try:
+        with budget.timeout():
+            response = await upstreams.open(endpoint, body, UPSTREAM_PATHS[upstream])
+    except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
+        message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
+        raise UpstreamUnreachable(message) from None
+    except TimeoutError:
+        # Accepted the connection, never answered: the silent endpoint the budget is there for.
+        raise UpstreamTimeout(f"no response within {budget_s:.1f} s") from None
+    except TRANSPORT_ERRORS as exc:
+        # Reset or closed before a response: worth one more try, unlike a refused connection.
+        raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
+    if response.status_code != 200:
+        raise await _error_from_response(response, endpoint)
+    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
+                            first_token_early=streaming)
+    stream.exhausted_for_s = rate_limit_exhausted(response.headers)
+    try:
+        await stream.open_gate(budget)
+    except BaseException:
+        await stream.aclose()
+        raise
+    return stream
