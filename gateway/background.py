@@ -3,7 +3,7 @@
 `Outage`: how a task that shares state through Redis reports the store going away: one warning
 when an outage starts and one when it ends, never one per failed round trip, and a count of
 failures for `/metrics`. (The telemetry store has its own, with backoff: `telemetry/redis_store.py`.)
-`cancel_and_wait`: stop a task and wait until it has stopped.
+`cancel_and_wait`: stop a task and wait until it has stopped, even if a library loses a cancellation.
 """
 
 from __future__ import annotations
@@ -38,8 +38,29 @@ class Outage:
         self.down = False
 
 
-async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
-    if task is not None:
+RECANCEL_S = 0.5  # a task still running this long after a cancel is cancelled again
+STOP_WAIT_S = 10.0  # ... and given up on (and named in the log) after this long
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None, log: logging.Logger | None = None) -> None:
+    """Cancel `task` and wait until it has ended; an exception it ended with is raised here.
+
+    One cancellation is not always enough: a library can lose it (the telemetry store met one), and a
+    background loop that takes what comes out for an outage goes on to its next round, so a single
+    cancel-then-await waited for ever, and a SIGTERM'd worker never finished stopping (seen once in a
+    busy test run). So the task is cancelled again every `RECANCEL_S`, and left behind, with a warning,
+    after `STOP_WAIT_S`. The caller's own cancellation goes through (awaiting the task inside a
+    `suppress(CancelledError)` swallowed that too)."""
+    if task is None:
+        return
+    waited = 0.0
+    while not task.done():
+        if waited >= STOP_WAIT_S:
+            (log or logging.getLogger("ultraroute")).warning(
+                "%s did not stop within %.0f s of being cancelled; left behind", task.get_name(), waited)
+            return
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task}, timeout=RECANCEL_S)
+        waited += RECANCEL_S
+    with contextlib.suppress(asyncio.CancelledError):
+        task.result()

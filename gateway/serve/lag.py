@@ -14,9 +14,10 @@ between two ticks is seen from the next tick's due time: at most `interval_s` of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from types import TracebackType
+
+from gateway.background import cancel_and_wait
 
 INTERVAL_S = 0.05
 
@@ -46,11 +47,8 @@ class LoopLag:
         self._task = asyncio.create_task(self._run(), name="loop-lag")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self._due = None
 
     async def _run(self) -> None:
