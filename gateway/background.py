@@ -53,12 +53,14 @@ async def cancel_and_wait(task: asyncio.Task[None] | None, log: logging.Logger |
     `suppress(CancelledError)` swallowed that too)."""
     if task is None:
         return
+    log = log or logging.getLogger("ultraroute")
     waited = 0.0
     while not task.done():
         if waited >= STOP_WAIT_S:
-            (log or logging.getLogger("ultraroute")).warning(
-                "%s did not stop within %.0f s of being cancelled; left behind", task.get_name(), waited)
+            log.warning("%s did not stop within %.0f s of being cancelled; left behind", task.get_name(), waited)
             return
+        if waited:  # rare, and worth knowing where it happens
+            log.warning("%s still running %.1f s after it was cancelled; cancelling it again", task.get_name(), waited)
         task.cancel()
         await asyncio.wait({task}, timeout=RECANCEL_S)
         waited += RECANCEL_S

@@ -86,6 +86,7 @@ async def test_a_task_that_will_not_stop_is_left_behind_and_named(caplog: pytest
     await asyncio.sleep(0.01)  # started: a task cancelled before its first step just ends
     async with asyncio.timeout(5):
         await cancel_and_wait(task, logging.getLogger("test.background"))
+    assert "stubborn still running 0.1 s after it was cancelled; cancelling it again" in caplog.text
     assert "stubborn did not stop within" in caplog.text
     released.set_result(None)
     await task
