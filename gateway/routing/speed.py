@@ -28,7 +28,11 @@ waits for the request's own sample.
 
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
-found again. Nothing here does I/O.
+found again. That growth is a probe: a 429 to a request sent beyond the limit a 429 last showed
+(`probing`) confirms the limit, and the next probe waits twice as long (up to `CAPACITY_PROBE_MAX_S`).
+Such a 429 needs no cool-down of the whole endpoint (dispatch.py): the learned limit already keeps
+it at what it takes, while a cool-down would turn the best endpoint away for the retry-after (1 s of
+all its traffic, every probe). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 # A sample this many times slower than the local fit predicts at its load: the endpoint changed. A
 # tier slowed to a third is well past it; noise of a busy machine over half a second of decode is not.
 SURPRISE = 2.0
-CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
+CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one ...
+CAPACITY_PROBE_MAX_S = 80.0  # ... after each probe a 429 answered, twice as long, up to this
 # A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
 ERROR_PENALTY = 2.0
 # Optimism in the face of few samples: an endpoint with under CONFIDENT_WEIGHT recent local samples
@@ -72,7 +77,7 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_last", "_since", "learned_capacity", "tps", "ttft")
+    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_since", "learned_capacity", "tps", "ttft")
 
     @property
     def slowed_at(self) -> float:
@@ -86,6 +91,8 @@ class SpeedModel:
         self._since = -math.inf  # when the request that last restarted the fit on a surprise was sent
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
+        self._confirmed: int | None = None  # the limit a 429 last showed (learned_capacity may have grown)
+        self._probe_every = CAPACITY_PROBE_S
 
     def observe(self, in_flight: float, decode_tps: float | None, ttft_s: float | None, now: float,
                 sent_at: float | None = None) -> bool:
@@ -147,13 +154,24 @@ class SpeedModel:
     def rate_limited(self, in_flight: int, now: float) -> None:
         """A 429 with `in_flight` others in flight (all replicas): it takes at most that many."""
         cap = max(1, in_flight)
+        if not self.probing(in_flight):  # a limit that is news: probe it again soon
+            self._probe_every = CAPACITY_PROBE_S
+        elif self.learned_capacity is not None and self.learned_capacity > cap:  # a probe's first 429
+            self._probe_every = min(2.0 * self._probe_every, CAPACITY_PROBE_MAX_S)
         if self.learned_capacity is None or cap < self.learned_capacity:
             self.learned_capacity = cap
+        self._confirmed = self.learned_capacity
         self._cap_at = now
+
+    def probing(self, in_flight: int) -> bool:
+        """Whether a request sent with `in_flight` others there went beyond the limit a 429 last
+        showed (the learned capacity had grown since: a probe, or a request sent beside it): its 429
+        is no news (module doc)."""
+        return self._confirmed is not None and in_flight >= self._confirmed
 
     def capacity(self, now: float) -> int | None:
         cap = self.learned_capacity
-        if cap is not None and now - self._cap_at > CAPACITY_PROBE_S:
+        if cap is not None and now - self._cap_at > self._probe_every:
             cap = self.learned_capacity = cap + 1
             self._cap_at = now
         return cap

@@ -98,6 +98,22 @@ def test_capacity_learned_from_429s_and_probed_again(tmp_path: Path) -> None:
     assert math.isinf(predict(ep, model, None, None, 10, 10).score_s)  # the catalogue's limit
 
 
+def test_a_429_answering_a_capacity_probe_is_no_news_and_the_next_probe_waits_longer() -> None:
+    model = SpeedModel()
+    model.rate_limited(4, now=0.0)  # news: it takes 4
+    assert not model.probing(3)  # a 429 with fewer in flight would be news again
+    assert model.capacity(CAPACITY_PROBE_S + 0.1) == 5  # the probe
+    assert model.probing(4) and not model.probing(3)
+    model.rate_limited(4, now=11.0)  # the probe's 429 ...
+    model.rate_limited(4, now=11.0)  # ... and one sent beside it: the limit stands
+    assert model.capacity(11.0) == 4
+    assert model.capacity(11.0 + CAPACITY_PROBE_S + 0.1) == 4  # the next probe waits twice as long
+    assert model.capacity(11.0 + 2 * CAPACITY_PROBE_S + 0.1) == 5
+    model.rate_limited(2, now=40.0)  # fewer than the limit: news, probed again at the first interval
+    assert not model.probing(1) and model.capacity(40.0) == 2
+    assert model.capacity(40.0 + CAPACITY_PROBE_S + 0.1) == 3
+
+
 def test_error_rate_penalises(tmp_path: Path) -> None:
     ep = _endpoint(tmp_path, advertised={"tokens_per_second": 100})
     assert predict(ep, None, None, None, 0, 100, error_rate=0.2).score_s > \
