@@ -15,7 +15,9 @@ Per endpoint, three sources, most specific first:
 rate and TTFT, its end-to-end time, and the time it adds to the requests already there (each of the
 `load` others decodes its remaining ~n/2 tokens at the slower rate): the marginal cost that keeps
 the router from piling onto the endpoint that looked fastest until it is no longer fast. The score
-`sort: throughput` minimises is the decode time of this request plus that marginal cost.
+`sort: throughput` minimises is the decode time of this request plus that marginal cost, with the
+endpoint's failures priced by what they cost: in the live choice the time a failure takes plus its
+fallback's (`fallback_scores`), in the cached ranking, which does not know the fallback, a flat factor.
 
 Change: a sample far slower than the local fit predicts at its load (`SURPRISE` times, the load's
 and the slope's uncertainty allowed for) says the endpoint itself changed -- a tier slowed to a
@@ -54,8 +56,10 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 SURPRISE = 2.0
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one ...
 CAPACITY_PROBE_MAX_S = 80.0  # ... after each probe a 429 answered, twice as long, up to this
-# A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
+# A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate
+# where the alternative is not known (the cached ranking). The live choice knows it (`fallback_scores`).
 ERROR_PENALTY = 2.0
+HANG_S = 2.0  # what a timeout costs before the fallback starts: the dispatcher's least first-token budget
 # Optimism in the face of few samples: an endpoint with under CONFIDENT_WEIGHT recent local samples
 # is scored this much better, so that one noisy sample (a first request's cold connection, an
 # exploration during a stall) does not shut it out: it gets a few more requests and is then judged.
@@ -184,7 +188,8 @@ class Prediction:
     load: int  # in flight with this request added: what it was judged at
     e2e_s: float  # predicted end-to-end for n tokens (inf when unknown or full)
     marginal_s: float  # time this request adds to the requests already in flight
-    score_s: float  # what selection minimises: (decode time + marginal) x the error penalty (and optimism)
+    score_s: float  # what the ranking minimises: (decode time + marginal) x the error penalty (and optimism)
+    clean_s: float = math.inf  # score_s as if it never failed: `fallback_scores` prices the failures
 
 
 def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
@@ -231,8 +236,10 @@ class Curve:
     tps: tuple[float, float] | None  # s per token = a + b x load
     ttft: tuple[float, float] | None  # TTFT s = a + b x load
     limit: int | None  # max concurrency (catalogue or learned)
-    penalty: float  # 1 + ERROR_PENALTY x error rate, / OPTIMISM while few local samples
+    penalty: float  # 1 / OPTIMISM while few local samples, else 1
     claimed: bool = False  # the speed is the catalogue's claim only: never measured (TRIAL_CONCURRENCY)
+    error_rate: float = 0.0  # attempts that fail (429s apart: capacity) ...
+    hang_rate: float = 0.0  # ... of which time out (HANG_S each); the others fail about when a token would come
 
     def predict(self, in_flight: int, n_tokens: int, trial_limit: int | None = None) -> Prediction:
         """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc).
@@ -248,12 +255,44 @@ class Curve:
         full = (self.limit is not None and load > self.limit) or \
             (self.claimed and trial_limit is not None and load > trial_limit)
         # Throughput is decode speed (OpenRouter's sense): TTFT is reported, ranked by `sort: latency`.
-        score = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
-        return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
+        clean = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
+        return Prediction(1.0 / per_token, ttft, load, e2e, marginal, clean * (1.0 + ERROR_PENALTY * self.error_rate),
+                          clean)
+
+    def fail_s(self, p: Prediction) -> float:
+        """Seconds a failed attempt costs before its fallback starts."""
+        if self.error_rate <= 0:
+            return 0.0
+        hangs = min(self.hang_rate, self.error_rate)
+        return (hangs * HANG_S + (self.error_rate - hangs) * (p.ttft_s or 0.0)) / self.error_rate
+
+
+def fallback_scores(clean: list[float], curves: list[Curve], predictions: list[Prediction]) -> list[float]:
+    """The live choice's scores, from each candidate's `clean` one (inf: full or kept out): an
+    attempt that fails falls back to the best of the others, so an endpoint failing a share `e` of
+    its attempts costs (1 - e) x its own time + e x (the time the failure takes + the fallback's),
+    not a flat factor: a 503 answered at once, with an endpoint as good as this one behind it, costs
+    little; a hang, or a much slower fallback, costs much. With no other candidate (all full), the
+    flat ERROR_PENALTY. Never less than its own time: failing is no way to reach a faster endpoint
+    (that one is chosen directly)."""
+    if all(c.error_rate <= 0 for c in curves):
+        return clean
+    best = min(range(len(clean)), key=clean.__getitem__)
+    second = min((x for j, x in enumerate(clean) if j != best), default=math.inf)
+    scores = list(clean)
+    for i, c in enumerate(curves):
+        e, own = c.error_rate, clean[i]
+        if e <= 0 or math.isinf(own):
+            continue
+        alt = second if i == best else clean[best]
+        p = predictions[i]
+        scores[i] = p.score_s if math.isinf(alt) else (1.0 - e) * own + e * (c.fail_s(p) + max(alt, own))
+    return scores
 
 
 def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
-          shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None) -> Curve:
+          shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None,
+          hang_rate: float = 0.0) -> Curve:
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
@@ -264,10 +303,9 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
-    penalty = 1.0 + ERROR_PENALTY * error_rate
-    if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT:
-        penalty /= OPTIMISM
-    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed)
+    penalty = 1.0 / OPTIMISM if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT else 1.0
+    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed, error_rate,
+                 hang_rate)
 
 
 def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,

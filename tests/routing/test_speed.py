@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.routing.speed import CAPACITY_PROBE_S, SpeedModel, predict
+from gateway.routing.speed import CAPACITY_PROBE_S, HANG_S, Curve, SpeedModel, fallback_scores, predict
 from gateway.telemetry.fit import LoadFit
 from tests.routing.helpers import catalogue, endpoint
 
@@ -112,6 +112,26 @@ def test_a_429_answering_a_capacity_probe_is_no_news_and_the_next_probe_waits_lo
     model.rate_limited(2, now=40.0)  # fewer than the limit: news, probed again at the first interval
     assert not model.probing(1) and model.capacity(40.0) == 2
     assert model.capacity(40.0 + CAPACITY_PROBE_S + 0.1) == 3
+
+
+def test_a_failure_costs_what_it_falls_back_to() -> None:
+    def scores(first: Curve, second_clean: float) -> float:
+        a = first.predict(0, 100)
+        b = Curve((0.01 * second_clean, 0.0), None, None, 1.0).predict(0, 100)
+        return fallback_scores([a.clean_s, b.clean_s], [first, Curve(None, None, None, 1.0)], [a, b])[0]
+
+    fails_fast = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2)
+    own = fails_fast.predict(0, 100).clean_s  # 1 s of decode
+    # A 503 answered at once, an endpoint as good behind it: a failure costs the 50 ms it took.
+    assert scores(fails_fast, 1.0) == pytest.approx(own + 0.2 * 0.05)
+    # Behind it one three times slower: a failure costs that one's time.
+    assert scores(fails_fast, 3.0) == pytest.approx(0.8 * own + 0.2 * (0.05 + 3.0))
+    # Failures that hang cost the first-token budget first.
+    hangs = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2, hang_rate=0.2)
+    assert scores(hangs, 1.0) == pytest.approx(own + 0.2 * HANG_S)
+    # Nothing else to fall back to: the flat penalty, as the cached ranking prices it.
+    alone = fallback_scores([own, math.inf], [fails_fast, fails_fast], [fails_fast.predict(0, 100)] * 2)
+    assert alone[0] == pytest.approx(fails_fast.predict(0, 100).score_s) and alone[0] > own * 1.3
 
 
 def test_error_rate_penalises(tmp_path: Path) -> None:
