@@ -26,7 +26,10 @@ old as when its request was sent: after such a restart, samples of requests sent
 caused it are dropped (they describe the endpoint as it was). A running stream's decode rate so far
 (`progress`, every few tenths of a second) is checked the same way, so a slow-down is seen from the
 first requests sent after it, not seconds later when they end; only a surprise acts on it, the rest
-waits for the request's own sample.
+waits for the request's own sample. The other way, a finished sample `SURPRISE` times faster than
+the fit (a slow-down that ended, seen by a re-check) rescales the fit to it, keeping its slope
+relative to its level: blended with the slow samples it would win its traffic back only over
+several more, while an endpoint with failures as cheap as a flaky one's now takes that traffic.
 
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
@@ -81,18 +84,20 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_since", "learned_capacity", "tps", "ttft")
+    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_since", "_slowed_at", "learned_capacity",
+                 "tps", "ttft")
 
     @property
     def slowed_at(self) -> float:
         """When the request was sent that last showed a sudden slow-down (wall clock; -inf: never)."""
-        return self._since
+        return self._slowed_at
 
     def __init__(self) -> None:
         self.tps = LoadFit()  # y = 1 / decode rate (s per token)
         self.ttft = LoadFit()  # y = TTFT (s)
         self._last: float | None = None
-        self._since = -math.inf  # when the request that last restarted the fit on a surprise was sent
+        self._since = -math.inf  # when the request that last restarted or rescaled the fit on a surprise was sent
+        self._slowed_at = -math.inf  # ... the last one that showed a slow-down
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
         self._confirmed: int | None = None  # the limit a 429 last showed (learned_capacity may have grown)
@@ -101,7 +106,8 @@ class SpeedModel:
     def observe(self, in_flight: float, decode_tps: float | None, ttft_s: float | None, now: float,
                 sent_at: float | None = None) -> bool:
         """One finished attempt (`sent_at`: when its request was sent, wall clock). True when it
-        restarted the fit (silence or a surprise): then rankings built on the old fit are stale."""
+        restarted the fit (silence or a slow surprise) or rescaled it (a fast one: `_recovered`):
+        then rankings built on the old fit are stale."""
         if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
             return False
         if sent_at is not None and sent_at < self._since:
@@ -110,8 +116,13 @@ class SpeedModel:
         gap = math.inf if self._last is None else max(0.0, now - self._last)
         surprise = y_tps is not None and self._slowed(in_flight, y_tps)
         fresh = gap > FORGET_S or surprise
-        if surprise and sent_at is not None:
+        faster = None if fresh or y_tps is None else self._recovered(in_flight, y_tps)
+        if faster is not None:  # the endpoint sped up (a slow-down ended): same shape, its new level
+            self.tps.scale_y(faster)
+        if (surprise or faster is not None) and sent_at is not None:
             self._since = sent_at
+            if surprise:
+                self._slowed_at = sent_at
         keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
         for fit, y in ((self.tps, y_tps), (self.ttft, ttft_s)):
@@ -119,7 +130,7 @@ class SpeedModel:
                 continue
             fit.scale(keep)
             fit.add(in_flight, y)
-        return fresh
+        return fresh or faster is not None
 
     def progress(self, in_flight: float, decode_tps: float, now: float, sent_at: float) -> bool:
         """A running attempt's decode rate so far. Only a surprise acts on it: the speed fit restarts
@@ -129,7 +140,7 @@ class SpeedModel:
         y = 1.0 / decode_tps
         if not self._slowed(in_flight, y):
             return False
-        self._since = sent_at
+        self._since = self._slowed_at = sent_at
         self._last = now
         self.tps.scale(0.0)
         self.tps.add(in_flight, y)
@@ -140,8 +151,8 @@ class SpeedModel:
         with a measured slope, at one request more than `x` (a sample's load is a mean of two counts);
         without, allowing any slow-down with load up to PLAUSIBLE_SLOWDOWN per user (a sample at a
         higher load than the fit's is not a change of the endpoint). Only slower: a restart from a fast
-        sample would drop the slope that keeps a burst off a steep endpoint, while a faster endpoint
-        wins its traffic back through the fit within a few samples anyway."""
+        sample would drop the slope that keeps a burst off a steep endpoint (a faster one is
+        `_recovered`, which rescales the fit instead)."""
         fit = self.tps
         if fit.w < 0.5:
             return False
@@ -154,6 +165,26 @@ class SpeedModel:
         else:
             expected = my * (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, x - mx))
         return y > SURPRISE * expected
+
+    def _recovered(self, x: float, y: float) -> float | None:
+        """Whether a finished attempt's s-per-token `y` at load `x` is `SURPRISE` times faster than the
+        local fit predicts -- at one request fewer than `x`, or without a measured slope allowing a
+        speed-up at lower load up to PLAUSIBLE_SLOWDOWN per user -- and if so the factor that brings
+        the fit to it. The fit is rescaled, not restarted: its slope, relative to its level, is what
+        keeps a burst off a steep endpoint, and a slow-down that ends does not change it. A running
+        stream's rate is not used: one sample of a whole request, then at once."""
+        fit = self.tps
+        if fit.w < 0.5:
+            return None
+        mx, my = fit.sx / fit.w, fit.sy / fit.w
+        slope = fit.confident_slope()
+        if slope is not None:
+            line = _line(fit, None, slope)
+            assert line is not None
+            at, bound = line[0] + line[1] * x, line[0] + line[1] * max(0.0, x - 1.0)
+        else:  # the bound is also the level it is scaled to: short of the sample, the safe side
+            at = bound = my / (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, mx - x))
+        return y / at if y * SURPRISE < bound else None
 
     def rate_limited(self, in_flight: int, now: float) -> None:
         """A 429 with `in_flight` others in flight (all replicas): it takes at most that many."""

@@ -194,6 +194,28 @@ def test_a_sample_at_another_load_or_a_faster_one_is_not_a_change(tmp_path: Path
     assert steep.progress(8, 400 / (1 + 0.5 * 9), now=1.1, sent_at=1.1) is False  # a user more than it says
 
 
+def test_a_sample_far_faster_than_the_fit_rescales_it_keeping_its_slope(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([1, 3, 5, 7] * 3):  # slowed, and steep: 20% per user
+        model.observe(n, 100 / (1 + 0.2 * n), 0.1, now=t * 0.01, sent_at=t * 0.01)
+    assert model.slowed_at == -math.inf
+    # Three times as fast again (a slow-down ended): the first request sent after it says so ...
+    assert model.observe(3, 300 / 1.6, 0.1, now=1.0, sent_at=1.0) is True
+    # ... and the fit is at the new level at once, its slope relative to it kept (at 5 in flight: 300 / 2).
+    assert _tps(model, 0, ep) == pytest.approx(300 / 1.2, rel=0.1)
+    assert _tps(model, 4, ep) == pytest.approx(300 / 2.0, rel=0.1)
+    # A request sent before it, ending at the old speed, describes the endpoint as it was.
+    assert model.observe(3, 100 / 1.6, 0.1, now=1.1, sent_at=0.5) is False
+    assert _tps(model, 4, ep) == pytest.approx(300 / 2.0, rel=0.1)
+    assert model.slowed_at == -math.inf  # a speed-up: nothing to re-check
+    # Seen only when crowded, no slope measured: faster alone is the load, not a change.
+    crowded = SpeedModel()
+    for t in range(4):
+        crowded.observe(10, 50.0, 0.1, now=t * 0.01, sent_at=t * 0.01)
+    assert crowded.observe(0, 200.0, 0.1, now=0.1, sent_at=0.1) is False
+
+
 def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
     ep = _endpoint(tmp_path)
     model = SpeedModel()
