@@ -301,13 +301,14 @@ class Dispatcher:
 
     def _failed(self, endpoint: Endpoint, meter: Meter, err: GatewayError, started_at: float, in_flight: int,
                 attempts: list[Attempt]) -> None:
-        outcome = outcome_of(err)
+        outcome, speed = outcome_of(err), self.recorder.router.speed_model(endpoint.key)
+        probe = err.status == 429 and speed is not None and speed.probing(in_flight)  # no news: no cool-down
         self.recorder.record(endpoint, meter, outcome, err.status, started_at, in_flight)
         attempts.append(Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome, err.status,
                                 err.metric_label, time.perf_counter() - meter.t_sent))
         if isinstance(err, UpstreamMisconfigured):
             self.health.misconfigured(endpoint, err.upstream_status)
-        elif err.status == 429:
+        elif err.status == 429 and not probe:
             self.health.cool_down(endpoint, err.retry_after_s if err.retry_after_s is not None else 1.0)
 
     async def probe(self, endpoint: Endpoint) -> AttemptSample:

@@ -28,7 +28,7 @@ from gateway.retry import RetryBudget
 from gateway.routing.figures import Figures
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
-from gateway.telemetry.sample import Outcome
+from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstream import REDACTED, Upstreams
 
 CATALOGUE = """
@@ -69,7 +69,8 @@ def request() -> ChatRequest:
                        model="m", stream=False, include_usage=False, prompt_chars=1)
 
 
-async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: float = 2.0):
+async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: float = 2.0,
+              health: HealthBoard | None = None, router: Callable[[MemoryStore], Router] | None = None):
     seen: list[httpx.Request] = []
 
     def factory(provider):  # one MockTransport per provider, as Upstreams builds one client each
@@ -80,8 +81,8 @@ async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: floa
 
     upstreams = Upstreams(catalogue.providers, factory)
     store = MemoryStore()
-    health = HealthBoard()
-    recorder = Recorder(store, Router(catalogue, store), health)
+    health = health or HealthBoard()
+    recorder = Recorder(store, router(store) if router else Router(catalogue, store), health)
     none = Figures(None, None, None, 0, 0, "none")
     plan = Plan(model="m", candidates=tuple(Candidate(e, none, 0) for e in catalogue.models["m"]))
     limits = DispatchLimits(stall_timeout_s=5.0, ttft_budget_min_s=budget_s, ttft_budget_max_s=budget_s)
@@ -226,6 +227,27 @@ async def test_a_429_that_says_come_back_soon_is_waited_for_before_leaving_the_m
     # a: too long to wait; b: 300 ms, waited for once the model had no other endpoint, then served.
     assert served.stream.endpoint.id == "b/standard" and len(seen) == 3 and 0.3 <= elapsed < 1.5
     assert [a.endpoint_id for a in served.attempts] == ["a/fast", "b/standard"]
+
+
+async def test_the_429_of_a_capacity_probe_does_not_cool_the_endpoint_down(catalogue: Catalogue) -> None:
+    a = catalogue.models["m"][0]
+    rate_limited = AttemptSample(a.key, 0.0, Outcome.RATE_LIMITED, 429, None, None, None, 0.0, in_flight_at_start=1)
+
+    def probing(store: MemoryStore) -> Router:  # learned: a takes 1; 30 s later the limit grows: a probe
+        router = Router(catalogue, store)
+        router.observe(rate_limited)
+        speed = router.speed_model(a.key)
+        assert speed is not None and speed.capacity(time.monotonic() + 30.0) == 2
+        store.begin(a.key)  # the one a takes, in flight: this request is the second
+        return router
+
+    handlers = {"a": error(429, headers={"retry-after": "5"}), "b": stream_response(OK_STREAM)}
+    probed, fresh = HealthBoard(), HealthBoard()
+    served, _, _, _ = await run(catalogue, handlers, health=probed, router=probing)
+    assert served.stream.endpoint.id == "b/standard"
+    assert probed.cooldown_left(a) == 0  # the limit the router keeps to stands: a still takes one
+    await run(catalogue, handlers, health=fresh)
+    assert fresh.cooldown_left(a) > 4  # a 429 that is news: the endpoint waits as it was told
 
 
 async def test_a_429_is_tried_again_once_only(catalogue: Catalogue) -> None:

@@ -19,11 +19,11 @@ through the store's cached view; nothing here does I/O.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from math import inf
 
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences, Spill
@@ -33,7 +33,7 @@ from gateway.routing.figures import Figures, failure_rate, figures_for, output_t
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy, Rechecks
-from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, Prediction, SpeedModel, curve
+from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, Prediction, SpeedModel, curve, fallback_scores
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -265,7 +265,7 @@ class Router:
         for c in live:
             k = c.endpoint.key
             curves[k] = curve(c.endpoint, self._speed.get(k), stats[k].fit_tps, stats[k].fit_ttft,
-                              failure_rate(stats[k]), self._capacity(k))
+                              failure_rate(stats[k]), self._capacity(k), stats[k].timeout_rate)
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
@@ -311,19 +311,19 @@ class Router:
 
     def _score_live(self, ranked: _Ranked) -> list[_Scored]:
         """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
-        scored = []
         in_flight_of = self.telemetry.in_flight
         loads = [in_flight_of(c.endpoint.key) for c in ranked.live]
         # An endpoint known only by its claims takes a trial share: a few, or an even split of the
         # load with this request (speed.TRIAL_CONCURRENCY), until it has been measured.
         trial = max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
         unavailable = self.unavailable
-        for c, in_flight in zip(ranked.live, loads, strict=True):
-            p = ranked.curves[c.endpoint.key].predict(in_flight, ranked.n_tokens, trial)
-            # One dispatch would skip counts as full: not chosen, and last in the fallback order.
-            blocked = unavailable is not None and unavailable(c.endpoint.key)
-            scored.append((math.inf if blocked else p.score_s, c.tier_rank, in_flight, p, c))
-        return scored
+        curves = [ranked.curves[c.endpoint.key] for c in ranked.live]
+        predictions = [k.predict(in_flight, ranked.n_tokens, trial) for k, in_flight in zip(curves, loads, strict=True)]
+        # One dispatch would skip counts as full: not chosen, and last in the fallback order.
+        clean = [inf if unavailable is not None and unavailable(c.endpoint.key) else p.clean_s
+                 for c, p in zip(ranked.live, predictions, strict=True)]
+        scores = fallback_scores(clean, curves, predictions)  # a failure priced by what it falls back to
+        return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
 
     def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:
         """After the choice, what a failure (a 429's cool-down among them) falls back to: the live

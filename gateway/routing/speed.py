@@ -15,7 +15,9 @@ Per endpoint, three sources, most specific first:
 rate and TTFT, its end-to-end time, and the time it adds to the requests already there (each of the
 `load` others decodes its remaining ~n/2 tokens at the slower rate): the marginal cost that keeps
 the router from piling onto the endpoint that looked fastest until it is no longer fast. The score
-`sort: throughput` minimises is the decode time of this request plus that marginal cost.
+`sort: throughput` minimises is the decode time of this request plus that marginal cost, with the
+endpoint's failures priced by what they cost: in the live choice the time a failure takes plus its
+fallback's (`fallback_scores`), in the cached ranking, which does not know the fallback, a flat factor.
 
 Change: a sample far slower than the local fit predicts at its load (`SURPRISE` times, the load's
 and the slope's uncertainty allowed for) says the endpoint itself changed -- a tier slowed to a
@@ -24,11 +26,18 @@ old as when its request was sent: after such a restart, samples of requests sent
 caused it are dropped (they describe the endpoint as it was). A running stream's decode rate so far
 (`progress`, every few tenths of a second) is checked the same way, so a slow-down is seen from the
 first requests sent after it, not seconds later when they end; only a surprise acts on it, the rest
-waits for the request's own sample.
+waits for the request's own sample. The other way, a finished sample `SURPRISE` times faster than
+the fit (a slow-down that ended, seen by a re-check) rescales the fit to it, keeping its slope
+relative to its level: blended with the slow samples it would win its traffic back only over
+several more, while an endpoint with failures as cheap as a flaky one's now takes that traffic.
 
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
-found again. Nothing here does I/O.
+found again. That growth is a probe: a 429 to a request sent beyond the limit a 429 last showed
+(`probing`) confirms the limit, and the next probe waits twice as long (up to `CAPACITY_PROBE_MAX_S`).
+Such a 429 needs no cool-down of the whole endpoint (dispatch.py): the learned limit already keeps
+it at what it takes, while a cool-down would turn the best endpoint away for the retry-after (1 s of
+all its traffic, every probe). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -48,9 +57,12 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 # A sample this many times slower than the local fit predicts at its load: the endpoint changed. A
 # tier slowed to a third is well past it; noise of a busy machine over half a second of decode is not.
 SURPRISE = 2.0
-CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one
-# A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate.
+CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one ...
+CAPACITY_PROBE_MAX_S = 80.0  # ... after each probe a 429 answered, twice as long, up to this
+# A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate
+# where the alternative is not known (the cached ranking). The live choice knows it (`fallback_scores`).
 ERROR_PENALTY = 2.0
+HANG_S = 2.0  # what a timeout costs before the fallback starts: the dispatcher's least first-token budget
 # Optimism in the face of few samples: an endpoint with under CONFIDENT_WEIGHT recent local samples
 # is scored this much better, so that one noisy sample (a first request's cold connection, an
 # exploration during a stall) does not shut it out: it gets a few more requests and is then judged.
@@ -72,25 +84,30 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_last", "_since", "learned_capacity", "tps", "ttft")
+    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_since", "_slowed_at", "learned_capacity",
+                 "tps", "ttft")
 
     @property
     def slowed_at(self) -> float:
         """When the request was sent that last showed a sudden slow-down (wall clock; -inf: never)."""
-        return self._since
+        return self._slowed_at
 
     def __init__(self) -> None:
         self.tps = LoadFit()  # y = 1 / decode rate (s per token)
         self.ttft = LoadFit()  # y = TTFT (s)
         self._last: float | None = None
-        self._since = -math.inf  # when the request that last restarted the fit on a surprise was sent
+        self._since = -math.inf  # when the request that last restarted or rescaled the fit on a surprise was sent
+        self._slowed_at = -math.inf  # ... the last one that showed a slow-down
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
+        self._confirmed: int | None = None  # the limit a 429 last showed (learned_capacity may have grown)
+        self._probe_every = CAPACITY_PROBE_S
 
     def observe(self, in_flight: float, decode_tps: float | None, ttft_s: float | None, now: float,
                 sent_at: float | None = None) -> bool:
         """One finished attempt (`sent_at`: when its request was sent, wall clock). True when it
-        restarted the fit (silence or a surprise): then rankings built on the old fit are stale."""
+        restarted the fit (silence or a slow surprise) or rescaled it (a fast one: `_recovered`):
+        then rankings built on the old fit are stale."""
         if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
             return False
         if sent_at is not None and sent_at < self._since:
@@ -99,8 +116,13 @@ class SpeedModel:
         gap = math.inf if self._last is None else max(0.0, now - self._last)
         surprise = y_tps is not None and self._slowed(in_flight, y_tps)
         fresh = gap > FORGET_S or surprise
-        if surprise and sent_at is not None:
+        faster = None if fresh or y_tps is None else self._recovered(in_flight, y_tps)
+        if faster is not None:  # the endpoint sped up (a slow-down ended): same shape, its new level
+            self.tps.scale_y(faster)
+        if (surprise or faster is not None) and sent_at is not None:
             self._since = sent_at
+            if surprise:
+                self._slowed_at = sent_at
         keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
         for fit, y in ((self.tps, y_tps), (self.ttft, ttft_s)):
@@ -108,7 +130,7 @@ class SpeedModel:
                 continue
             fit.scale(keep)
             fit.add(in_flight, y)
-        return fresh
+        return fresh or faster is not None
 
     def progress(self, in_flight: float, decode_tps: float, now: float, sent_at: float) -> bool:
         """A running attempt's decode rate so far. Only a surprise acts on it: the speed fit restarts
@@ -118,7 +140,7 @@ class SpeedModel:
         y = 1.0 / decode_tps
         if not self._slowed(in_flight, y):
             return False
-        self._since = sent_at
+        self._since = self._slowed_at = sent_at
         self._last = now
         self.tps.scale(0.0)
         self.tps.add(in_flight, y)
@@ -129,8 +151,8 @@ class SpeedModel:
         with a measured slope, at one request more than `x` (a sample's load is a mean of two counts);
         without, allowing any slow-down with load up to PLAUSIBLE_SLOWDOWN per user (a sample at a
         higher load than the fit's is not a change of the endpoint). Only slower: a restart from a fast
-        sample would drop the slope that keeps a burst off a steep endpoint, while a faster endpoint
-        wins its traffic back through the fit within a few samples anyway."""
+        sample would drop the slope that keeps a burst off a steep endpoint (a faster one is
+        `_recovered`, which rescales the fit instead)."""
         fit = self.tps
         if fit.w < 0.5:
             return False
@@ -144,16 +166,47 @@ class SpeedModel:
             expected = my * (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, x - mx))
         return y > SURPRISE * expected
 
+    def _recovered(self, x: float, y: float) -> float | None:
+        """Whether a finished attempt's s-per-token `y` at load `x` is `SURPRISE` times faster than the
+        local fit predicts -- at one request fewer than `x`, or without a measured slope allowing a
+        speed-up at lower load up to PLAUSIBLE_SLOWDOWN per user -- and if so the factor that brings
+        the fit to it. The fit is rescaled, not restarted: its slope, relative to its level, is what
+        keeps a burst off a steep endpoint, and a slow-down that ends does not change it. A running
+        stream's rate is not used: one sample of a whole request, then at once."""
+        fit = self.tps
+        if fit.w < 0.5:
+            return None
+        mx, my = fit.sx / fit.w, fit.sy / fit.w
+        slope = fit.confident_slope()
+        if slope is not None:
+            line = _line(fit, None, slope)
+            assert line is not None
+            at, bound = line[0] + line[1] * x, line[0] + line[1] * max(0.0, x - 1.0)
+        else:  # the bound is also the level it is scaled to: short of the sample, the safe side
+            at = bound = my / (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, mx - x))
+        return y / at if y * SURPRISE < bound else None
+
     def rate_limited(self, in_flight: int, now: float) -> None:
         """A 429 with `in_flight` others in flight (all replicas): it takes at most that many."""
         cap = max(1, in_flight)
+        if not self.probing(in_flight):  # a limit that is news: probe it again soon
+            self._probe_every = CAPACITY_PROBE_S
+        elif self.learned_capacity is not None and self.learned_capacity > cap:  # a probe's first 429
+            self._probe_every = min(2.0 * self._probe_every, CAPACITY_PROBE_MAX_S)
         if self.learned_capacity is None or cap < self.learned_capacity:
             self.learned_capacity = cap
+        self._confirmed = self.learned_capacity
         self._cap_at = now
+
+    def probing(self, in_flight: int) -> bool:
+        """Whether a request sent with `in_flight` others there went beyond the limit a 429 last
+        showed (the learned capacity had grown since: a probe, or a request sent beside it): its 429
+        is no news (module doc)."""
+        return self._confirmed is not None and in_flight >= self._confirmed
 
     def capacity(self, now: float) -> int | None:
         cap = self.learned_capacity
-        if cap is not None and now - self._cap_at > CAPACITY_PROBE_S:
+        if cap is not None and now - self._cap_at > self._probe_every:
             cap = self.learned_capacity = cap + 1
             self._cap_at = now
         return cap
@@ -166,7 +219,8 @@ class Prediction:
     load: int  # in flight with this request added: what it was judged at
     e2e_s: float  # predicted end-to-end for n tokens (inf when unknown or full)
     marginal_s: float  # time this request adds to the requests already in flight
-    score_s: float  # what selection minimises: (decode time + marginal) x the error penalty (and optimism)
+    score_s: float  # what the ranking minimises: (decode time + marginal) x the error penalty (and optimism)
+    clean_s: float = math.inf  # score_s as if it never failed: `fallback_scores` prices the failures
 
 
 def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
@@ -213,8 +267,10 @@ class Curve:
     tps: tuple[float, float] | None  # s per token = a + b x load
     ttft: tuple[float, float] | None  # TTFT s = a + b x load
     limit: int | None  # max concurrency (catalogue or learned)
-    penalty: float  # 1 + ERROR_PENALTY x error rate, / OPTIMISM while few local samples
+    penalty: float  # 1 / OPTIMISM while few local samples, else 1
     claimed: bool = False  # the speed is the catalogue's claim only: never measured (TRIAL_CONCURRENCY)
+    error_rate: float = 0.0  # attempts that fail (429s apart: capacity) ...
+    hang_rate: float = 0.0  # ... of which time out (HANG_S each); the others fail about when a token would come
 
     def predict(self, in_flight: int, n_tokens: int, trial_limit: int | None = None) -> Prediction:
         """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc).
@@ -230,12 +286,44 @@ class Curve:
         full = (self.limit is not None and load > self.limit) or \
             (self.claimed and trial_limit is not None and load > trial_limit)
         # Throughput is decode speed (OpenRouter's sense): TTFT is reported, ranked by `sort: latency`.
-        score = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
-        return Prediction(1.0 / per_token, ttft, load, e2e, marginal, score)
+        clean = math.inf if full else (n_tokens * per_token + marginal) * self.penalty
+        return Prediction(1.0 / per_token, ttft, load, e2e, marginal, clean * (1.0 + ERROR_PENALTY * self.error_rate),
+                          clean)
+
+    def fail_s(self, p: Prediction) -> float:
+        """Seconds a failed attempt costs before its fallback starts."""
+        if self.error_rate <= 0:
+            return 0.0
+        hangs = min(self.hang_rate, self.error_rate)
+        return (hangs * HANG_S + (self.error_rate - hangs) * (p.ttft_s or 0.0)) / self.error_rate
+
+
+def fallback_scores(clean: list[float], curves: list[Curve], predictions: list[Prediction]) -> list[float]:
+    """The live choice's scores, from each candidate's `clean` one (inf: full or kept out): an
+    attempt that fails falls back to the best of the others, so an endpoint failing a share `e` of
+    its attempts costs (1 - e) x its own time + e x (the time the failure takes + the fallback's),
+    not a flat factor: a 503 answered at once, with an endpoint as good as this one behind it, costs
+    little; a hang, or a much slower fallback, costs much. With no other candidate (all full), the
+    flat ERROR_PENALTY. Never less than its own time: failing is no way to reach a faster endpoint
+    (that one is chosen directly)."""
+    if all(c.error_rate <= 0 for c in curves):
+        return clean
+    best = min(range(len(clean)), key=clean.__getitem__)
+    second = min((x for j, x in enumerate(clean) if j != best), default=math.inf)
+    scores = list(clean)
+    for i, c in enumerate(curves):
+        e, own = c.error_rate, clean[i]
+        if e <= 0 or math.isinf(own):
+            continue
+        alt = second if i == best else clean[best]
+        p = predictions[i]
+        scores[i] = p.score_s if math.isinf(alt) else (1.0 - e) * own + e * (c.fail_s(p) + max(alt, own))
+    return scores
 
 
 def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
-          shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None) -> Curve:
+          shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None,
+          hang_rate: float = 0.0) -> Curve:
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
@@ -246,10 +334,9 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     ttft_line = _line(model.ttft if model else None, shared_ttft, 0.0)
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
-    penalty = 1.0 + ERROR_PENALTY * error_rate
-    if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT:
-        penalty /= OPTIMISM
-    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed)
+    penalty = 1.0 / OPTIMISM if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT else 1.0
+    return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed, error_rate,
+                 hang_rate)
 
 
 def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,

@@ -47,6 +47,12 @@ class LoadFit:
         self.sxy *= factor
         self.syy *= factor
 
+    def scale_y(self, factor: float) -> None:
+        """Every y times `factor`: the same line, relative to its level, at a new level."""
+        self.sy *= factor
+        self.sxy *= factor
+        self.syy *= factor * factor
+
     def merge(self, other: LoadFit) -> None:
         self.w += other.w
         self.sx += other.sx

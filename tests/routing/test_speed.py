@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.routing.speed import CAPACITY_PROBE_S, SpeedModel, predict
+from gateway.routing.speed import CAPACITY_PROBE_S, HANG_S, Curve, SpeedModel, fallback_scores, predict
 from gateway.telemetry.fit import LoadFit
 from tests.routing.helpers import catalogue, endpoint
 
@@ -98,6 +98,42 @@ def test_capacity_learned_from_429s_and_probed_again(tmp_path: Path) -> None:
     assert math.isinf(predict(ep, model, None, None, 10, 10).score_s)  # the catalogue's limit
 
 
+def test_a_429_answering_a_capacity_probe_is_no_news_and_the_next_probe_waits_longer() -> None:
+    model = SpeedModel()
+    model.rate_limited(4, now=0.0)  # news: it takes 4
+    assert not model.probing(3)  # a 429 with fewer in flight would be news again
+    assert model.capacity(CAPACITY_PROBE_S + 0.1) == 5  # the probe
+    assert model.probing(4) and not model.probing(3)
+    model.rate_limited(4, now=11.0)  # the probe's 429 ...
+    model.rate_limited(4, now=11.0)  # ... and one sent beside it: the limit stands
+    assert model.capacity(11.0) == 4
+    assert model.capacity(11.0 + CAPACITY_PROBE_S + 0.1) == 4  # the next probe waits twice as long
+    assert model.capacity(11.0 + 2 * CAPACITY_PROBE_S + 0.1) == 5
+    model.rate_limited(2, now=40.0)  # fewer than the limit: news, probed again at the first interval
+    assert not model.probing(1) and model.capacity(40.0) == 2
+    assert model.capacity(40.0 + CAPACITY_PROBE_S + 0.1) == 3
+
+
+def test_a_failure_costs_what_it_falls_back_to() -> None:
+    def scores(first: Curve, second_clean: float) -> float:
+        a = first.predict(0, 100)
+        b = Curve((0.01 * second_clean, 0.0), None, None, 1.0).predict(0, 100)
+        return fallback_scores([a.clean_s, b.clean_s], [first, Curve(None, None, None, 1.0)], [a, b])[0]
+
+    fails_fast = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2)
+    own = fails_fast.predict(0, 100).clean_s  # 1 s of decode
+    # A 503 answered at once, an endpoint as good behind it: a failure costs the 50 ms it took.
+    assert scores(fails_fast, 1.0) == pytest.approx(own + 0.2 * 0.05)
+    # Behind it one three times slower: a failure costs that one's time.
+    assert scores(fails_fast, 3.0) == pytest.approx(0.8 * own + 0.2 * (0.05 + 3.0))
+    # Failures that hang cost the first-token budget first.
+    hangs = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2, hang_rate=0.2)
+    assert scores(hangs, 1.0) == pytest.approx(own + 0.2 * HANG_S)
+    # Nothing else to fall back to: the flat penalty, as the cached ranking prices it.
+    alone = fallback_scores([own, math.inf], [fails_fast, fails_fast], [fails_fast.predict(0, 100)] * 2)
+    assert alone[0] == pytest.approx(fails_fast.predict(0, 100).score_s) and alone[0] > own * 1.3
+
+
 def test_error_rate_penalises(tmp_path: Path) -> None:
     ep = _endpoint(tmp_path, advertised={"tokens_per_second": 100})
     assert predict(ep, None, None, None, 0, 100, error_rate=0.2).score_s > \
@@ -156,6 +192,28 @@ def test_a_sample_at_another_load_or_a_faster_one_is_not_a_change(tmp_path: Path
         steep.observe(n, 400 / (1 + 0.5 * n), 0.06, now=t * 0.01, sent_at=t * 0.01)
     assert steep.observe(0, 400.0, 0.06, now=1.0, sent_at=1.0) is False
     assert steep.progress(8, 400 / (1 + 0.5 * 9), now=1.1, sent_at=1.1) is False  # a user more than it says
+
+
+def test_a_sample_far_faster_than_the_fit_rescales_it_keeping_its_slope(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([1, 3, 5, 7] * 3):  # slowed, and steep: 20% per user
+        model.observe(n, 100 / (1 + 0.2 * n), 0.1, now=t * 0.01, sent_at=t * 0.01)
+    assert model.slowed_at == -math.inf
+    # Three times as fast again (a slow-down ended): the first request sent after it says so ...
+    assert model.observe(3, 300 / 1.6, 0.1, now=1.0, sent_at=1.0) is True
+    # ... and the fit is at the new level at once, its slope relative to it kept (at 5 in flight: 300 / 2).
+    assert _tps(model, 0, ep) == pytest.approx(300 / 1.2, rel=0.1)
+    assert _tps(model, 4, ep) == pytest.approx(300 / 2.0, rel=0.1)
+    # A request sent before it, ending at the old speed, describes the endpoint as it was.
+    assert model.observe(3, 100 / 1.6, 0.1, now=1.1, sent_at=0.5) is False
+    assert _tps(model, 4, ep) == pytest.approx(300 / 2.0, rel=0.1)
+    assert model.slowed_at == -math.inf  # a speed-up: nothing to re-check
+    # Seen only when crowded, no slope measured: faster alone is the load, not a change.
+    crowded = SpeedModel()
+    for t in range(4):
+        crowded.observe(10, 50.0, 0.1, now=t * 0.01, sent_at=t * 0.01)
+    assert crowded.observe(0, 200.0, 0.1, now=0.1, sent_at=0.1) is False
 
 
 def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:

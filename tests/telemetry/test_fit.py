@@ -58,3 +58,13 @@ def test_sample_load_is_the_mean_of_in_flight_at_start_and_end() -> None:
     s = AttemptSample("m/a", 0.0, Outcome.OK, 200, 0.1, 0.1, 100.0, 1.0, in_flight_at_start=0, in_flight_at_end=11)
     assert s.load == 5.5
     assert AttemptSample("m/a", 0.0, Outcome.OK, 200, 0.1, 0.1, 100.0, 1.0, in_flight_at_start=3).load == 3
+
+
+def test_scale_y_moves_the_line_to_a_new_level_keeping_its_shape() -> None:
+    fit = LoadFit()
+    for x in (0, 2, 4, 6):
+        fit.add(x, 1.0 + 0.5 * x)
+    fit.scale_y(0.5)
+    assert fit.slope() == pytest.approx(0.25)
+    mean = fit.mean()
+    assert mean is not None and mean[1] - 0.25 * mean[0] == pytest.approx(0.5)  # the intercept, halved too
