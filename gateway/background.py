@@ -45,11 +45,13 @@ STOP_WAIT_S = 10.0  # ... and given up on (and named in the log) after this long
 async def cancel_and_wait(task: asyncio.Task[None] | None, log: logging.Logger | None = None) -> None:
     """Cancel `task` and wait until it has ended; an exception it ended with is raised here.
 
-    One cancellation is not always enough: a library can lose it (the telemetry store met one), and a
-    background loop that takes what comes out for an outage goes on to its next round, so a single
-    cancel-then-await waited for ever, and a SIGTERM'd worker never finished stopping (seen once in a
-    busy test run). So the task is cancelled again every `RECANCEL_S`, and left behind, with a warning,
-    after `STOP_WAIT_S`. The caller's own cancellation goes through (awaiting the task inside a
+    One cancellation is not always enough. redis-py sends every command through `asyncio.wait_for`,
+    which on Python 3.11 returns normally when the task is cancelled just as the send completes (the
+    cancellation is lost: CPython gh-86296, fixed in 3.12); a Redis-sharing loop then goes on to its
+    next round, and a single cancel-then-await waited for ever. Seen: SIGTERM'd workers of `serve
+    --workers 2` that never finished stopping, their health-sharing or ledger loop still running.
+    So the task is cancelled again every `RECANCEL_S`, and left behind, with a warning, after
+    `STOP_WAIT_S`. The caller's own cancellation goes through (awaiting the task inside a
     `suppress(CancelledError)` swallowed that too)."""
     if task is None:
         return
