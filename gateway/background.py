@@ -47,7 +47,7 @@ async def cancel_and_wait(task: asyncio.Task[None] | None, log: logging.Logger |
 
     One cancellation is not always enough. redis-py sends every command through `asyncio.wait_for`,
     which on Python 3.11 returns normally when the task is cancelled just as the send completes (the
-    cancellation is lost: CPython gh-86296, fixed in 3.12); a Redis-sharing loop then goes on to its
+    cancellation is lost: CPython bpo-42130, fixed in 3.12); a Redis-sharing loop then goes on to its
     next round, and a single cancel-then-await waited for ever. Seen: SIGTERM'd workers of `serve
     --workers 2` that never finished stopping, their health-sharing or ledger loop still running.
     So the task is cancelled again every `RECANCEL_S`, and left behind, with a warning, after
