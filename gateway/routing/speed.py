@@ -146,6 +146,16 @@ class SpeedModel:
         self.tps.add(in_flight, y)
         return True
 
+    def _local_line(self) -> tuple[float, float, tuple[float, float] | None] | None:
+        """What a finished sample is judged by: the speed fit's mean load and s-per-token, and its
+        line when its slope is measured; None while the fit has too little weight to judge by."""
+        fit = self.tps
+        if fit.w < 0.5:
+            return None
+        slope = fit.confident_slope()
+        line = _line(fit, None, slope) if slope is not None else None
+        return fit.sx / fit.w, fit.sy / fit.w, line
+
     def _slowed(self, x: float, y: float) -> bool:
         """Whether s-per-token `y` at load `x` is `SURPRISE` times slower than the local fit predicts:
         with a measured slope, at one request more than `x` (a sample's load is a mean of two counts);
@@ -153,14 +163,11 @@ class SpeedModel:
         higher load than the fit's is not a change of the endpoint). Only slower: a restart from a fast
         sample would drop the slope that keeps a burst off a steep endpoint (a faster one is
         `_recovered`, which rescales the fit instead)."""
-        fit = self.tps
-        if fit.w < 0.5:
+        local = self._local_line()
+        if local is None:
             return False
-        mx, my = fit.sx / fit.w, fit.sy / fit.w
-        slope = fit.confident_slope()
-        if slope is not None:
-            line = _line(fit, None, slope)
-            assert line is not None
+        mx, my, line = local
+        if line is not None:
             expected = line[0] + line[1] * (x + 1.0)
         else:
             expected = my * (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, x - mx))
@@ -173,14 +180,11 @@ class SpeedModel:
         the fit to it. The fit is rescaled, not restarted: its slope, relative to its level, is what
         keeps a burst off a steep endpoint, and a slow-down that ends does not change it. A running
         stream's rate is not used: one sample of a whole request, then at once."""
-        fit = self.tps
-        if fit.w < 0.5:
+        local = self._local_line()
+        if local is None:
             return None
-        mx, my = fit.sx / fit.w, fit.sy / fit.w
-        slope = fit.confident_slope()
-        if slope is not None:
-            line = _line(fit, None, slope)
-            assert line is not None
+        mx, my, line = local
+        if line is not None:
             at, bound = line[0] + line[1] * x, line[0] + line[1] * max(0.0, x - 1.0)
         else:  # the bound is also the level it is scaled to: short of the sample, the safe side
             at = bound = my / (1.0 + PLAUSIBLE_SLOWDOWN * max(0.0, mx - x))
