@@ -17,7 +17,8 @@ Requests take from the local stock; when it is empty a request waits in a priori
 (`x-ultraroute-priority`, then arrival) for at most the wait the dispatcher allows -- short when there
 is another candidate to spill to (skip reason `rate_limit`), the first-token budget when there is
 not. Without Redis, or while it is unreachable, each replica refills its own bucket at the full rate
-(several replicas may then together overshoot; the outage is logged once).
+(several replicas may then together overshoot; the outage is logged once), and tries a lease again
+every `RETRY_S`: the first that succeeds ends the outage.
 
 Queue depth and wait time per endpoint are reported through `on_queue` (`ultraroute_queue_depth`,
 `ultraroute_queue_wait_seconds`).
@@ -64,6 +65,7 @@ redis.call('EXPIRE', KEYS[1], 3600)
 return out
 """
 UNLIMITED = 1e12
+RETRY_S = 1.0  # while Redis is unreachable, a lease is tried this often
 
 
 @dataclass(slots=True)
@@ -131,6 +133,7 @@ class Shaper:
         self._lease = self._redis.register_script(LEASE_SCRIPT) if self._redis is not None else None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._tried = 0.0  # when a lease was last tried during an outage
         self._order = itertools.count()
         self.outage = Outage(log, "rate-limit shaping", "each replica paces its providers alone")
         self.on_queue: Callable[[str, int, float | None], None] = lambda key, depth, waited: None
@@ -215,15 +218,20 @@ class Shaper:
     async def sync(self) -> None:
         """Top every stock up (lease from Redis, or refill locally) and serve the waiting requests."""
         now = time.monotonic()
+        retry = self.outage.down and now - self._tried >= RETRY_S
+        if retry:
+            self._tried = now
         for name, b in self._buckets.items():
             if self._local_mode:
                 b.refill_locally(now)
-            else:
-                await self._lease_for(name, b)
+            if self._lease is not None and (not self.outage.down or retry):
+                await self._lease_for(name, b, probe=retry)
             self._serve_waiters(b)
             b.demand = 0.0
 
-    async def _lease_for(self, name: str, b: _Bucket) -> None:
+    async def _lease_for(self, name: str, b: _Bucket, probe: bool = False) -> None:
+        """Lease what `b` needs from the shared bucket (`probe`: call Redis even for nothing, to learn
+        whether it is back)."""
         limited_r, limited_k = b.rate_r < UNLIMITED, b.rate_k < UNLIMITED
         now = time.monotonic()
         give_r = give_k = 0.0
@@ -234,7 +242,7 @@ class Shaper:
         need_k = sum(w[2] for w in b.waiters) + b.demand * b.mean_tokens
         want_r = math.ceil(max(0.0, need_r - b.stock_r + give_r)) if limited_r else 0
         want_k = math.ceil(max(0.0, need_k - b.stock_k + give_k)) if limited_k else 0
-        if not (want_r or want_k or give_r or give_k):
+        if not (want_r or want_k or give_r or give_k or probe):
             return
         args = [b.rate_r, b.burst_r, want_r, give_r] if limited_r else [0, 0, 0, 0]
         args += [b.rate_k, b.burst_k, want_k, give_k] if limited_k else [0, 0, 0, 0]
