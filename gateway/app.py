@@ -18,7 +18,7 @@ functions (in the API's shape) with the same access-log line and metrics, and th
 from __future__ import annotations
 
 import logging
-import os
+import random
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -68,7 +68,9 @@ def assign_request_id(scope: Scope, send: Send) -> tuple[str, Send]:
             # Only a plain token goes back into a header: no header injection through the id.
             request_id = candidate if _SAFE_REQUEST_ID.match(candidate) else ""
             break
-    request_id = request_id or os.urandom(12).hex()
+    # Ids only correlate logs, never authorize: the stdlib's generator (no system call, reseeded in
+    # forked workers) is enough; `os.urandom` was ~1.5% of a request's CPU.
+    request_id = request_id or f"{random.getrandbits(96):024x}"
     scope.setdefault("state", {})["request_id"] = request_id
     raw_id = request_id.encode()
 

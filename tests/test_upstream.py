@@ -109,11 +109,15 @@ def sse_server_response(events: int, size: int = 100) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" + body
 
 
-async def stream_from_raw_server(response: bytes, read_after_s: float = 0.0) -> bytes:
+async def stream_from_raw_server(response: bytes, read_after_s: float = 0.0,
+                                 heads: list[bytes] | None = None) -> bytes:
     """Open a stream through `Upstreams` from a loopback server that writes `response` at once, and
-    read it all (after `read_after_s`, so that a large one fills the client's buffer first)."""
+    read it all (after `read_after_s`, so that a large one fills the client's buffer first). The
+    request's head is appended to `heads`."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        if heads is not None:
+            heads.append(head)
         writer.write(response)
         await writer.drain()
         await reader.read()  # until the client closes
@@ -161,3 +165,11 @@ async def test_a_stream_that_fills_the_buffer_still_resumes() -> None:
     reading must resume it (aiohttp's own path), or the rest would never come."""
     received = await stream_from_raw_server(sse_server_response(4000, size=400), read_after_s=0.3)
     assert received.count(b"data: ") == 4000
+
+
+async def test_the_request_asks_for_an_identity_body_once() -> None:
+    """The relay passes a provider's bytes on as they are, so it must not be sent compressed ones."""
+    heads: list[bytes] = []
+    await stream_from_raw_server(sse_server_response(1), heads=heads)
+    lines = [line.lower() for line in heads[0].split(b"\r\n")]
+    assert [line for line in lines if line.startswith(b"accept-encoding:")] == [b"accept-encoding: identity"]
