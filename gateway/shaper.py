@@ -226,6 +226,7 @@ class Shaper:
                 b.refill_locally(now)
             if self._lease is not None and (not self.outage.down or retry):
                 await self._lease_for(name, b, probe=retry)
+                retry = False  # one probe a round: after it Redis is either back or still down
             self._serve_waiters(b)
             b.demand = 0.0
 
