@@ -17,10 +17,9 @@ from gateway.metrics import Metrics
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream_stream import Meter
+from gateway.upstream_stream import PROGRESS_MIN_CHUNKS, Meter
 
 log = logging.getLogger("ultraroute")
-PROGRESS_MIN_CHUNKS = 8  # a running stream's rate is judged over at least this many chunks
 
 
 def _int(value: object) -> int:

@@ -79,7 +79,12 @@ class Meter:
 Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
 # Told a running stream's progress (the recorder's `progress`): endpoint, meter, sent at, in flight then.
 Progress = Callable[[Endpoint, Meter, float, int], None]
-PROGRESS_S = 0.25  # a running stream's decode rate is reported this long after its first token, and every this
+# A running stream's decode rate is reported once it spans PROGRESS_MIN_CHUNKS token chunks and at least
+# FIRST_PROGRESS_S after its first token, then every PROGRESS_S: the first report is what shows a tier
+# that slowed down, and every request sent there until then is served slowly.
+PROGRESS_S = 0.25
+FIRST_PROGRESS_S = 0.1
+PROGRESS_MIN_CHUNKS = 8  # a rate is judged over at least this many chunks
 
 
 def _error_from_event(error: Any) -> UpstreamError:
@@ -209,13 +214,20 @@ class UpstreamStream:
         return chunks
 
     def _report(self, now: float) -> None:
-        t_first = self.meter.t_first
-        if t_first is None or now - t_first < PROGRESS_S:
-            self._check_at = (now if t_first is None else t_first) + PROGRESS_S
+        meter = self.meter
+        if meter.t_first is None:
+            self._check_at = now + FIRST_PROGRESS_S
+            return
+        since = now - meter.t_first
+        if since < FIRST_PROGRESS_S:
+            self._check_at = meter.t_first + FIRST_PROGRESS_S
+            return
+        if meter.token_chunks < PROGRESS_MIN_CHUNKS and since < PROGRESS_S:
+            self._check_at = now  # the first report waits for enough chunks: checked at each read till then
             return
         self._check_at = now + PROGRESS_S
         assert self._progress is not None
-        self._progress(self.endpoint, self.meter, *self._progress_of)
+        self._progress(self.endpoint, meter, *self._progress_of)
 
     async def _read_whole(self, budget: Budget) -> None:
         """A JSON answer (embeddings), read to the end within `budget` and kept as one chunk. No token

@@ -16,7 +16,7 @@ from gateway.health import HealthBoard
 from gateway.record import Recorder
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import Outcome
-from gateway.upstream_stream import PROGRESS_S, Meter, UpstreamStream
+from gateway.upstream_stream import FIRST_PROGRESS_S, PROGRESS_MIN_CHUNKS, PROGRESS_S, Meter, UpstreamStream
 from tests.routing.helpers import catalogue, endpoint
 
 
@@ -100,3 +100,22 @@ def test_the_recorder_reports_tokens_not_chunks(tmp_path: Path) -> None:
     assert router.progressed == [(ep.key, 0.0, 20.0, 200.0)]  # 10 chunks/s, two tokens each
     recorder.progress(ep, Meter(t_sent=0.0, t_first=0.1, t_last=0.2, token_chunks=3), 200.0, 0)
     assert len(router.progressed) == 1  # too few chunks to judge a rate by
+
+
+async def test_the_first_report_comes_early_once_enough_chunks_span_it(tmp_path: Path) -> None:
+    reports: list[tuple[float, int]] = []
+
+    def progress(ep: Endpoint, meter: Meter, started_at: float, in_flight: int) -> None:
+        assert meter.t_first is not None
+        reports.append((time.perf_counter() - meter.t_first, meter.token_chunks))
+
+    # 50 chunks/s (or fewer, on a busy machine): FIRST_PROGRESS_S after the first token fewer than 8
+    # chunks have come, so the first report comes with the 8th -- not with the 13th, at PROGRESS_S: a
+    # slowed tier is seen that much sooner.
+    stream = UpstreamStream(_endpoint(tmp_path), Paced(30, 0.02), Meter(t_sent=time.perf_counter()), 5.0)
+    await stream.open_gate(5.0)
+    stream.watch(progress, 123.0, 4)
+    async for _ in stream.batches():
+        pass
+    first_after, chunks = reports[0]
+    assert first_after >= FIRST_PROGRESS_S and chunks == PROGRESS_MIN_CHUNKS, reports

@@ -30,6 +30,8 @@ waits for the request's own sample. The other way, a finished sample `SURPRISE` 
 the fit (a slow-down that ended, seen by a re-check) rescales the fit to it, keeping its slope
 relative to its level: blended with the slow samples it would win its traffic back only over
 several more, while an endpoint with failures as cheap as a flaky one's now takes that traffic.
+Both judge a sample by the fit's line; a fit restarted from few samples at one load has no slope
+of its own, and then borrows its shape (slope relative to level) from the fit before the restart.
 
 Capacity: a 429 at `k` in flight teaches that the endpoint takes at most `k` (`learned_capacity`);
 after `CAPACITY_PROBE_S` without another 429 the limit grows by one, so a capacity that rises is
@@ -84,8 +86,8 @@ PLAUSIBLE_SLOWDOWN = 0.5
 class SpeedModel:
     """One endpoint's local fits (forgetting) and its learned capacity."""
 
-    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_since", "_slowed_at", "learned_capacity",
-                 "tps", "ttft")
+    __slots__ = ("_cap_at", "_confirmed", "_last", "_probe_every", "_shape", "_since", "_slowed_at",
+                 "learned_capacity", "tps", "ttft")
 
     @property
     def slowed_at(self) -> float:
@@ -98,6 +100,11 @@ class SpeedModel:
         self._last: float | None = None
         self._since = -math.inf  # when the request that last restarted or rescaled the fit on a surprise was sent
         self._slowed_at = -math.inf  # ... the last one that showed a slow-down
+        # The speed fit's slope relative to its level (per extra user), from the last fit that measured
+        # one: a restart (a slow-down, or silence) drops the samples but not the endpoint's shape, and
+        # judging the few samples after it without a slope would allow any speed-up at lower load
+        # (PLAUSIBLE_SLOWDOWN) -- a recovery seen at low load after a crowded slow-down went unseen.
+        self._shape: float | None = None
         self.learned_capacity: int | None = None
         self._cap_at = 0.0
         self._confirmed: int | None = None  # the limit a 429 last showed (learned_capacity may have grown)
@@ -123,6 +130,8 @@ class SpeedModel:
             self._since = sent_at
             if surprise:
                 self._slowed_at = sent_at
+        if fresh:
+            self._keep_shape()
         keep = DECAY * 0.5 ** (gap / HALF_LIFE_S) if not fresh else 0.0
         self._last = now
         for fit, y in ((self.tps, y_tps), (self.ttft, ttft_s)):
@@ -142,19 +151,35 @@ class SpeedModel:
             return False
         self._since = self._slowed_at = sent_at
         self._last = now
+        self._keep_shape()
         self.tps.scale(0.0)
         self.tps.add(in_flight, y)
         return True
 
+    def _keep_shape(self) -> None:
+        """Before the speed fit restarts: remember its relative slope, if it measured one."""
+        slope = self.tps.confident_slope()
+        line = _line(self.tps, None, slope) if slope is not None else None
+        if line is not None and line[0] > 0:
+            self._shape = line[1] / line[0]
+
     def _local_line(self) -> tuple[float, float, tuple[float, float] | None] | None:
         """What a finished sample is judged by: the speed fit's mean load and s-per-token, and its
-        line when its slope is measured; None while the fit has too little weight to judge by."""
+        line when its slope is measured -- or, after a restart, the old fit's shape through the new
+        level; None while the fit has too little weight to judge by."""
         fit = self.tps
         if fit.w < 0.5:
             return None
+        mx, my = fit.sx / fit.w, fit.sy / fit.w
         slope = fit.confident_slope()
-        line = _line(fit, None, slope) if slope is not None else None
-        return fit.sx / fit.w, fit.sy / fit.w, line
+        if slope is not None:
+            line = _line(fit, None, slope)
+        elif self._shape is not None:
+            level = my / (1.0 + self._shape * mx)
+            line = (level, level * self._shape)
+        else:
+            line = None
+        return mx, my, line
 
     def _slowed(self, x: float, y: float) -> bool:
         """Whether s-per-token `y` at load `x` is `SURPRISE` times slower than the local fit predicts:

@@ -233,3 +233,19 @@ def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
     assert model.observe(10, 62.0, 0.3, now=4.0, sent_at=1.05) is False
     assert _tps(model, 9, ep) == pytest.approx(61.0, rel=0.05)
 
+
+
+def test_after_a_slow_down_a_recovery_seen_at_low_load_is_judged_by_the_old_fits_shape(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t, n in enumerate([4, 6, 8, 10, 12] * 3):  # 260 tok/s alone, 5% slower per extra user
+        model.observe(n, 260 / (1 + 0.05 * n), 0.3, now=t * 0.01, sent_at=t * 0.01)
+    # Slowed to a third, seen crowded (8 in flight): the fit restarts from those samples alone ...
+    assert model.observe(8, 260 / 3 / 1.4, 0.3, now=1.0, sent_at=1.0) is True
+    for t in range(3):
+        model.observe(8, 260 / 3 / 1.4, 0.3, now=1.1 + t * 0.1, sent_at=1.1 + t * 0.1)
+    # ... and a re-check alone, at full speed again, is a recovery: by the endpoint's own shape (5% per
+    # user), a third of the speed is not what one request fewer explains. (Without it, any speed-up at
+    # lower load up to PLAUSIBLE_SLOWDOWN per user was allowed: 4.5 x from 8 to 1 in flight.)
+    assert model.observe(1, 260 / 1.05, 0.3, now=3.0, sent_at=3.0) is True
+    assert _tps(model, 0, ep) > 200
