@@ -41,9 +41,11 @@ from gateway.retry import (
     come_back_after,
     exceeds_context,
     model_cannot_take,
+    mostly_works,
     rate_limit_wait,
 )
 from gateway.retry import attempts as retry_attempts
+from gateway.routing.router import STATS_WINDOW_S
 from gateway.serve.lag import LoopLag
 from gateway.shaper import Shaper, estimated_tokens
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -117,6 +119,10 @@ class Dispatcher:
         self.on_retry: Callable[[Endpoint, GatewayError], None] | None = None
         self.shaper: Shaper | None = None  # providers' rate limits (shaper.py); set by services
         self.shaper_wait_s = 0.25  # how long a request waits for its turn when it could spill
+
+    def _mostly_works(self, endpoint_key: str) -> bool:
+        """Whether a 503 from this endpoint is sporadic (retry.py), by its recent attempts."""
+        return mostly_works(self.telemetry.stats(endpoint_key, STATS_WINDOW_S))
 
     def first_token_budget(self, endpoint: Endpoint) -> float:
         """Fixed per endpoint, or a multiple of its live p90 TTFT within [min, max]."""
@@ -262,7 +268,7 @@ class Dispatcher:
         """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
         body = upstream_body(request, endpoint)
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
-        async for attempt in retry_attempts(endpoint.key, self.budget, on_retry):
+        async for attempt in retry_attempts(endpoint.key, self.budget, on_retry, self._mostly_works):
             with attempt:
                 if self.shaper is not None and self.shaper.limits(endpoint):
                     budget_s = await self._shape(request, endpoint, has_alternatives, budget_s)

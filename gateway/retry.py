@@ -8,12 +8,20 @@ The treatment of each failure, before anything reached the client:
     429                                       not at once (cools down)          next candidate of the model;
                                               see "come back" below             then the next model
     500 / 502 / 504 / connection reset        once, after a short jittered backoff  next candidate
-    503, connection refused                   no: the endpoint is unavailable   next candidate
+    503                                       no: the endpoint is unavailable --  next candidate
+                                              unless it mostly works (below):
+                                              then as a 502
+    connection refused                        no: the endpoint is unavailable   next candidate
     401 / 403                                 never (endpoint misconfigured)    next candidate
     4xx "this model cannot take it":          never                             next candidate, any model
       context length (only larger windows),     (`exceeds_context`, `model_cannot_take`)
       an unsupported parameter or content
     4xx content policy, malformed request     never                             the error, at once
+
+A 503 from an endpoint that mostly works (`mostly_works`: under `SPORADIC` of at least `HISTORY`
+recent attempts failed) is a passing failure, as a 502 is: tried once more there, since the plan put
+that endpoint first and its next candidate is slower -- a tier that fails one request in five at
+random, with only slow capacity behind it, served a fifth of its requests at the slow tier's speed.
 
 Never more than two attempts at one endpoint within 1.5 s. Retries on the same endpoint also draw on
 a per-endpoint retry budget (as Envoy's and Finagle's): each request deposits `ratio` of a retry, so
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
@@ -43,10 +52,14 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from gateway.routing.figures import failure_rate
+from gateway.telemetry.stats import EndpointStats
 
 MAX_ATTEMPTS_PER_ENDPOINT = 2
 WINDOW_S = 1.5  # no more than two attempts at one endpoint within this
 SAME_ENDPOINT_STATUSES = frozenset({500, 502, 504})
+SPORADIC = 0.5  # an endpoint that failed under this share of its recent attempts mostly works ...
+HISTORY = 10  # ... judged over at least this many
 _backoff = wait_random_exponential(multiplier=0.05, max=0.4)
 
 
@@ -69,12 +82,22 @@ class RetryBudget:
         return True
 
 
-def worth_retrying_same(err: BaseException) -> bool:
-    """Whether one failure at an endpoint calls for a second try at the same endpoint, at once."""
+def mostly_works(stats: EndpointStats) -> bool:
+    """Whether an endpoint's recent attempts (every replica's) say it mostly works: a 503 from it is
+    sporadic. 429s are capacity, not failures (routing/figures.py `failure_rate`)."""
+    accountable = stats.requests - stats.cancelled - stats.client_errors
+    return accountable >= HISTORY and failure_rate(stats) < SPORADIC
+
+
+def worth_retrying_same(err: BaseException, sporadic: Callable[[], bool] | None = None) -> bool:
+    """Whether one failure at an endpoint calls for a second try at the same endpoint, at once.
+    `sporadic`: asked on a 503, whether the endpoint mostly works (`mostly_works`)."""
     if not isinstance(err, UpstreamError) or isinstance(
         err, UpstreamTimeout | UpstreamUnreachable | UpstreamMisconfigured
     ):
         return False
+    if err.status == 503:
+        return sporadic is not None and sporadic()
     return err.status in SAME_ENDPOINT_STATUSES
 
 
@@ -223,13 +246,15 @@ class Attempts:
     Plain Python rather than tenacity's `AsyncRetrying`: that builds a call state, actions and
     closures for every request, ~5% of a request's CPU, for a second try that is rare."""
 
-    __slots__ = ("_budget", "_current", "_endpoint_key", "_number", "_on_retry", "_started")
+    __slots__ = ("_budget", "_current", "_endpoint_key", "_number", "_on_retry", "_sporadic", "_started")
 
     def __init__(self, endpoint_key: str, budget: RetryBudget,
-                 on_retry: Callable[[GatewayError], None] | None) -> None:
+                 on_retry: Callable[[GatewayError], None] | None,
+                 sporadic: Callable[[str], bool] | None = None) -> None:
         self._endpoint_key = endpoint_key
         self._budget = budget
         self._on_retry = on_retry
+        self._sporadic = sporadic
         self._started = time.monotonic()
         self._number = 0
         self._current: Attempt | None = None
@@ -253,15 +278,17 @@ class Attempts:
     def _retry(self, err: Exception) -> bool:
         if self._number >= MAX_ATTEMPTS_PER_ENDPOINT or time.monotonic() - self._started >= WINDOW_S:
             return False
-        if not worth_retrying_same(err) or not self._budget.withdraw(self._endpoint_key):
+        sporadic = None if self._sporadic is None else functools.partial(self._sporadic, self._endpoint_key)
+        if not worth_retrying_same(err, sporadic) or not self._budget.withdraw(self._endpoint_key):
             return False
         if self._on_retry is not None and isinstance(err, GatewayError):
             self._on_retry(err)
         return True
 
 
-def attempts(endpoint_key: str, budget: RetryBudget,
-             on_retry: Callable[[GatewayError], None] | None = None) -> Attempts:
-    """`async for attempt in attempts(...): with attempt: ...` tries one endpoint once or twice."""
+def attempts(endpoint_key: str, budget: RetryBudget, on_retry: Callable[[GatewayError], None] | None = None,
+             sporadic: Callable[[str], bool] | None = None) -> Attempts:
+    """`async for attempt in attempts(...): with attempt: ...` tries one endpoint once or twice.
+    `sporadic(endpoint_key)`: asked after a 503, whether the endpoint mostly works (`mostly_works`)."""
     budget.deposit(endpoint_key)
-    return Attempts(endpoint_key, budget, on_retry)
+    return Attempts(endpoint_key, budget, on_retry, sporadic)

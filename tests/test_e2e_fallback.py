@@ -39,6 +39,9 @@ def sim() -> Iterator[SimProcess]:
                               "denied": {**profile, "faults": {"error_rate": 1.0, "error_status": 401,
                                                                "echo_key_in_errors": True}},
                               "flaky": {**profile, "tokens_per_second": 1000},
+                              "sporadic": {**profile, "tokens_per_second": 1000},
+                              "brk": {**profile, "tokens_per_second": 1000},
+                              "evt": {**profile, "tokens_per_second": 1000},
                               "slot": {**profile, "ttft_ms": 20, "tokens_per_second": 100, "output_tokens": 30},
                               "hang": {**profile, "faults": {"hang_rate": 1.0}}})
     with SimProcess(config) as process:
@@ -60,6 +63,9 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
         "down": [{"sim": "down", "id": "down"}],
         "auth": [{"sim": "denied", "id": "denied", "tier": "fast"}, {"sim": "std", "id": "std"}],
         "flaky": [{"sim": "flaky", "id": "flaky", "tier": "fast"}, {"sim": "std", "id": "std"}],
+        "sporadic": [{"sim": "sporadic", "id": "sporadic", "tier": "fast"}, {"sim": "std", "id": "std"}],
+        "breaker": [{"sim": "brk", "id": "brk", "tier": "fast"}, {"sim": "std", "id": "std"}],
+        "event": [{"sim": "evt", "id": "evt", "tier": "fast"}, {"sim": "std", "id": "std"}],
         "queue": [{"sim": "slot", "id": "slot", "max_concurrency": 1}, {"sim": "std", "id": "overflow"}],
     }, gateway={"breaker_failures": 3, "breaker_open_s": BREAKER_OPEN_S, "stall_timeout_s": 1.5})
     # These tests count every request the simulator sees and exercise the half-open client probe;
@@ -171,21 +177,24 @@ def test_no_fallbacks_passes_the_upstream_error_on(gateway: GatewayProcess, sim:
 
 
 def test_breaker_skips_then_half_open_probe_restores(gateway: GatewayProcess, sim: SimProcess) -> None:
-    sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
+    # An endpoint of its own, failing from its first request: "fast" has served every earlier test
+    # here, so it mostly works and a 503 of it would be tried there once more (retry.py).
+    body = {**FAST, "model": "breaker"}
+    sim.patch("brk", faults={"error_rate": 1.0, "error_status": 503})
     for _ in range(3):
-        r = post(gateway)
-        assert_failed_over(r, "fast->std (upstream_5xx)")
-    tried = sim.stats("fast")["requests"]
+        r = post(gateway, body)
+        assert_failed_over(r, "brk->std (upstream_5xx)")
+    tried = sim.stats("brk")["requests"]
     assert tried == 3
     for _ in range(5):
-        r = post(gateway)
-        assert r.headers["x-ultraroute-fallback"] == "fast->std (circuit_open)"
-    assert sim.stats("fast")["requests"] == tried  # skipped with no attempt while open
-    sim.patch("fast", faults=NO_FAULTS)
+        r = post(gateway, body)
+        assert r.headers["x-ultraroute-fallback"] == "brk->std (circuit_open)"
+    assert sim.stats("brk")["requests"] == tried  # skipped with no attempt while open
+    sim.patch("brk", faults=NO_FAULTS)
     time.sleep(2.1)
-    r = post(gateway)  # the half-open probe
-    assert r.headers["x-ultraroute-endpoint"] == "fast"
-    assert post(gateway).headers["x-ultraroute-endpoint"] == "fast"
+    r = post(gateway, body)  # the half-open probe
+    assert r.headers["x-ultraroute-endpoint"] == "brk"
+    assert post(gateway, body).headers["x-ultraroute-endpoint"] == "brk"
 
 
 def test_slow_fast_tier_is_demoted_for_its_slo(gateway: GatewayProcess, sim: SimProcess) -> None:
@@ -230,10 +239,11 @@ def test_client_error_returns_at_once_with_the_providers_reason(gateway: Gateway
 
 
 def test_error_event_inside_a_200_stream_fails_over(gateway: GatewayProcess, sim: SimProcess) -> None:
-    sim.patch("fast", faults={"error_event_rate": 1.0})
-    r = post(gateway)
-    assert_failed_over(r, "fast->std (")
-    assert sim.stats("fast")["requests"] == 1 and sim.stats("std")["requests"] == 1
+    # An endpoint with no history: one that mostly works would be tried once more (retry.py).
+    sim.patch("evt", faults={"error_event_rate": 1.0})
+    r = post(gateway, {**FAST, "model": "event"})
+    assert_failed_over(r, "evt->std (")
+    assert sim.stats("evt")["requests"] == 1 and sim.stats("std")["requests"] == 1
 
 
 def test_malformed_chunk_is_skipped_and_missing_done_is_finished(gateway: GatewayProcess, sim: SimProcess) -> None:
@@ -327,6 +337,22 @@ def test_models_fallback_serves_from_the_next_model_and_names_it(gateway: Gatewa
                                                  extra_body={"models": ["m"]}))
     assert chunks and {c.model for c in chunks} == {"m"}
     assert sim.stats("down")["requests"] == 3 and sim.stats("std")["requests"] == 2
+
+
+def test_a_503_from_an_endpoint_that_mostly_works_is_tried_there_once_more(gateway: GatewayProcess,
+                                                                          sim: SimProcess) -> None:
+    """A 503 from an endpoint with no record (or one that mostly fails: test_retry.py) moves on at once;
+    from one that has served most of its recent requests it is passing, and tried there again."""
+    body = {"model": "sporadic", "messages": USER, "speed": "fast"}
+    sim.patch("sporadic", faults={"error_next": 1, "error_status": 503})
+    assert_failed_over(post(gateway, body), "sporadic->std (upstream_5xx)")  # no record yet: it may be down
+    for _ in range(10):
+        r = post(gateway, body)
+        assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "sporadic"
+    sim.patch("sporadic", faults={"error_next": 1, "error_status": 503})
+    r = post(gateway, body)
+    assert_failed_over(r, "sporadic->sporadic (upstream_5xx)", endpoint="sporadic")
+    assert sim.stats("std")["requests"] == 1  # only the first request's fallback
 
 
 def test_error_rate_breaker_opens_without_consecutive_failures(gateway: GatewayProcess, sim: SimProcess) -> None:

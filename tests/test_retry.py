@@ -16,10 +16,12 @@ from gateway.retry import (
     duration_s,
     exceeds_context,
     model_cannot_take,
+    mostly_works,
     rate_limit_exhausted,
     retry_after,
     worth_retrying_same,
 )
+from gateway.telemetry.stats import EndpointStats
 
 
 @pytest.mark.parametrize(("err", "expected"), [
@@ -139,3 +141,38 @@ def test_retry_after_in_milliseconds_seconds_or_a_date() -> None:
     assert in_ten is not None and 8 < in_ten <= 10
     assert retry_after(httpx.Headers({"retry-after": "whenever"})) is None
     assert retry_after(httpx.Headers({})) is None
+
+
+def test_a_503_from_an_endpoint_that_mostly_works_is_tried_once_more() -> None:
+    unavailable = UpstreamError("x", status=503)
+    assert worth_retrying_same(unavailable, lambda: True) is True  # sporadic: as a 502
+    assert worth_retrying_same(unavailable, lambda: False) is False
+    assert worth_retrying_same(UpstreamError("x", status=429), lambda: True) is False  # capacity: never at once
+
+    def stats(requests: int, errors: int, rate_limited: int = 0, cancelled: int = 0) -> EndpointStats:
+        accountable = requests - cancelled
+        failed = errors + rate_limited
+        return EndpointStats(window_s=300, requests=requests, errors=failed, cancelled=cancelled,
+                             error_rate=failed / accountable, rate_limited_rate=rate_limited / accountable)
+
+    assert mostly_works(stats(20, 4)) is True  # one in five fails: a 503 is passing
+    assert mostly_works(stats(20, 12)) is False  # most fail: it is unavailable
+    assert mostly_works(stats(8, 1)) is False  # too little history to say
+    assert mostly_works(stats(14, 0, cancelled=6)) is False  # cancelled attempts say nothing
+    assert mostly_works(stats(20, 4, rate_limited=10)) is True  # 429s are capacity, not failures
+
+
+async def test_attempts_ask_whether_a_503_is_sporadic_only_after_one() -> None:
+    asked: list[str] = []
+
+    def sporadic(key: str) -> bool:
+        asked.append(key)
+        return True
+
+    tries = 0
+    async for attempt in attempts("e", budget=RetryBudget(), sporadic=sporadic):
+        with attempt:
+            tries += 1
+            if tries == 1:
+                raise UpstreamError("unavailable", status=503)
+    assert tries == 2 and asked == ["e"]

@@ -96,7 +96,9 @@ def test_fallback_counter_rises_when_the_fast_tier_fails(
         sim.patch("fast", faults={"error_rate": 0.0})
     assert set(served(responses)) == {"std"}
     fell_back = [r.headers["x-ultraroute-fallback"] for r in responses if "x-ultraroute-fallback" in r.headers]
-    assert len(fell_back) == 8 and all(h.startswith("fast->std") for h in fell_back), fell_back
+    # "fast" served the earlier tests, so its first 503s may be taken as sporadic and tried there once more
+    # (retry.py) before its circuit opens.
+    assert len(fell_back) == 8 and all(re.match(r"fast->(fast->)?std \(", h) for h in fell_back), fell_back
 
     prometheus.wait_for(total, lambda r: bool(r) and float(r[0]["value"][1]) - before >= 8)
     assert prometheus.scalar(total) - before == 8  # one per request served after a fallback, no more
