@@ -312,7 +312,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     async def route(request: Request) -> JSONResponse:
         """The plan for a completion body, without calling any upstream: ranked candidates with the
         figures behind them, and every excluded endpoint with the reason."""
-        ctx = await pipeline.plan_request(request, services_of(request), request.scope["state"]["request_id"])
+        ctx = await pipeline.plan_request(request, services_of(request), request.scope["state"]["request_id"],
+                                           admit=False)
         assert ctx.plan is not None
         return JSONResponse(plan_json(ctx.plan))
 

@@ -4,8 +4,8 @@
     ChatRequest   what the client asked for (parse)
     Preferences   how to route it, after precedence is applied (resolve)
     Plan          the ordered candidates, and why others were left out (select)
-    Attempt       what one try at one endpoint did (dispatch)
-    RequestContext  all of the above for one request; each stage returns a new one
+    Attempt       what one try at one endpoint did (dispatch; carried by its `Served`)
+    RequestContext  the key, request, preferences and plan of one request, built once it is planned
 
 Nothing here does work; it is the vocabulary of the pipeline.
 """
@@ -131,4 +131,3 @@ class RequestContext:
     limit_headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-* for the client's key
     preferences: Preferences = field(default_factory=Preferences)
     plan: Plan | None = None
-    attempts: tuple[Attempt, ...] = ()
