@@ -156,8 +156,14 @@ class SpeedModel:
         self.tps.add(in_flight, y)
         return True
 
+    def shape(self) -> float | None:
+        """The speed fit's slope relative to its level: as measured now, else as last measured (the
+        rankings ask, every few tenths of a second: `curve`)."""
+        self._keep_shape()
+        return self._shape
+
     def _keep_shape(self) -> None:
-        """Before the speed fit restarts: remember its relative slope, if it measured one."""
+        """Remember the speed fit's relative slope, if it measures one (also before it restarts)."""
         slope = self.tps.confident_slope()
         line = _line(self.tps, None, slope) if slope is not None else None
         if line is not None and line[0] > 0:
@@ -259,13 +265,15 @@ def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
 
 
 def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | None,
-          prior: float | None = None) -> tuple[float, float] | None:
+          prior: float | None = None, shape: float | None = None) -> tuple[float, float] | None:
     """(y at x=0, slope) from the local fit's level, else the shared one's; the slope from whichever
-    measured one confidently (local first: fit.py `confident_slope`); else `default_slope` (None:
-    relative 1% of the level, or, if steeper, the line from `prior` -- the advertised figure, taken
-    as the endpoint alone -- to the level measured at load, unless the measurement contradicts the
-    claim (PLAUSIBLE_SLOWDOWN): an endpoint seen only when crowded is not judged slow at any load, it
-    gets requests at low load and is measured there)."""
+    measured one confidently (local first: fit.py `confident_slope`); else the endpoint's `shape` as
+    last measured (slope relative to level: samples made noisy -- a busy machine -- or all at about
+    one load hide a slope without changing it, and an endpoint that lost its slope took every request
+    of a burst); else `default_slope` (None: relative 1% of the level, or, if steeper, the line from
+    `prior` -- the advertised figure, taken as the endpoint alone -- to the level measured at load,
+    unless the measurement contradicts the claim (PLAUSIBLE_SLOWDOWN): an endpoint seen only when
+    crowded is not judged slow at any load, it gets requests at low load and is measured there)."""
     level = None
     for fit in (local, shared):
         if fit is not None and fit.w >= 0.5:
@@ -278,6 +286,8 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
     for fit in (local, shared):
         if fit is not None and (slope := fit.confident_slope()) is not None:
             break
+    if slope is None and shape is not None:
+        slope = my * shape / (1.0 + shape * mx)  # the line through the level with that shape
     if slope is None:
         slope = DEFAULT_RELATIVE_SLOWDOWN * my if default_slope is None else default_slope
         if prior is not None and mx >= 1.0 and my <= prior * (1.0 + PLAUSIBLE_SLOWDOWN * mx):
@@ -356,7 +366,7 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
-    tps_line = _line(model.tps if model else None, shared_tps, None, prior)
+    tps_line = _line(model.tps if model else None, shared_tps, None, prior, model.shape() if model else None)
     claimed = tps_line is None
     if tps_line is None and prior is not None:
         tps_line = (prior, DEFAULT_RELATIVE_SLOWDOWN * prior)

@@ -249,3 +249,21 @@ def test_after_a_slow_down_a_recovery_seen_at_low_load_is_judged_by_the_old_fits
     # lower load up to PLAUSIBLE_SLOWDOWN per user was allowed: 4.5 x from 8 to 1 in flight.)
     assert model.observe(1, 260 / 1.05, 0.3, now=3.0, sent_at=3.0) is True
     assert _tps(model, 0, ep) > 200
+
+
+def test_a_slope_hidden_by_noise_at_one_load_keeps_the_shape_last_measured(tmp_path: Path) -> None:
+    # A steep endpoint (per user 400 / (1 + 0.5 (c - 1))), measured across loads; then only at about
+    # two in flight, with the noise of a busy machine: the fit's slope is no longer confident. It is
+    # still as steep, and a burst must not be predicted to run there at almost full speed.
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    t = 0.0
+    for n in [1, 4, 8, 2, 6, 10] * 3:
+        t += 0.05
+        model.observe(n, 400 / (1 + 0.5 * n), None, now=t)
+    assert _tps(model, 9, ep) < 100  # learnt: ~73 tok/s at 10 in flight
+    for noise in [0.6, 1.4, 0.7, 1.3, 0.8, 1.2, 0.6, 1.4] * 2:
+        t += 0.05
+        model.observe(2, noise * 400 / 2, None, now=t)
+    assert model.tps.confident_slope() is None  # the local fit alone would fall back to 1% per user
+    assert _tps(model, 9, ep) < 100
