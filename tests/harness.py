@@ -31,8 +31,11 @@ def ensure_binary(program: str, package: str) -> str:
     if found:
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env=env)
+    # Another test run on this machine may be installing at the same moment: wait for dpkg's lock
+    # rather than fail (`apt-get` gives up at once by default, exit status 100).
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    subprocess.run(["apt-get", *wait, "update", "-qq"], check=False, env=env)
+    subprocess.run(["apt-get", *wait, "install", "-y", "-qq", package], check=True, env=env)
     found = shutil.which(program)
     assert found, f"{package} could not be installed"
     return found
