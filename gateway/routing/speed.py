@@ -181,8 +181,7 @@ class SpeedModel:
         if slope is not None:
             line = _line(fit, None, slope)
         elif self._shape is not None:
-            level = my / (1.0 + self._shape * mx)
-            line = (level, level * self._shape)
+            line = _through(mx, my, self._shape)
         else:
             line = None
         return mx, my, line
@@ -264,6 +263,12 @@ def concurrency_limit(endpoint: Endpoint, learned: int | None) -> int | None:
     return min(limits) if limits else None
 
 
+def _through(mx: float, my: float, shape: float) -> tuple[float, float]:
+    """The line (y at x=0, slope) through the level (mx, my) whose slope is `shape` x its value at 0."""
+    at_zero = my / (1.0 + shape * mx)
+    return at_zero, at_zero * shape
+
+
 def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | None,
           prior: float | None = None, shape: float | None = None) -> tuple[float, float] | None:
     """(y at x=0, slope) from the local fit's level, else the shared one's; the slope from whichever
@@ -287,7 +292,7 @@ def _line(local: LoadFit | None, shared: LoadFit | None, default_slope: float | 
         if fit is not None and (slope := fit.confident_slope()) is not None:
             break
     if slope is None and shape is not None:
-        slope = my * shape / (1.0 + shape * mx)  # the line through the level with that shape
+        slope = _through(mx, my, shape)[1]
     if slope is None:
         slope = DEFAULT_RELATIVE_SLOWDOWN * my if default_slope is None else default_slope
         if prior is not None and mx >= 1.0 and my <= prior * (1.0 + PLAUSIBLE_SLOWDOWN * mx):
