@@ -16,7 +16,9 @@ Both send their choice through a gateway process of their own with `provider.onl
 three routers pay the same proxy hop (on a busy shared machine that hop costs far more than the
 ~1 ms it costs on an idle one); `--direct` sends them to the simulator directly instead.
 - ultraroute: through a real gateway process, `provider.sort: throughput` (+ `speed: ultrafast` where
-  the scenario has an ultrafast tier). It learns only from what it sees.
+  the scenario has an ultrafast tier). It learns only from what it sees: started after the other two
+  have run, with `health.warm_up: true` (one short completion to each endpoint before it is ready;
+  gateway/warm_up.py), then from the race's own requests.
 
 Prints per router: aggregate output tok/s and its share of the oracle's, per-user decode p25/p50,
 TTFT and end-to-end p50/p95, success rate, and the share of requests per endpoint.
@@ -184,9 +186,9 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: boo
                 for r in racers]
         catalogue = catalogue_for(sim, {"m": rows})
         # Oracle and random send their choices through a gateway of their own (unless --direct), so
-        # that all three pay the same proxy hop; Ultraroute's starts fresh, having learnt nothing.
+        # that all three pay the same proxy hop.
         base = None if direct else GatewayProcess(catalogue, log_level="warning").start()
-        gw = GatewayProcess(catalogue, log_level="warning").start()
+        gw: GatewayProcess | None = None
         try:
 
             def events(router: DirectRouter | None) -> list[tuple[float, Callable[[], None]]]:
@@ -205,6 +207,9 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: boo
                                       None if base is None else base.base_url + "/chat/completions")
                 runs[kind] = asyncio.run(race(router.request, users, seconds, events(router)))
             sim.reset(profiles=True)
+            # Ultraroute's starts fresh, having learnt nothing, and measures each endpoint once before
+            # it says it is ready (`health.warm_up`, as a deployment without shared history would run).
+            gw = GatewayProcess({**catalogue, "health": {"warm_up": True}}, log_level="warning").start()
             url = gw.base_url + "/chat/completions"
             extra: dict[str, Any] = {"model": "m", "provider": {"sort": "throughput"}}
             if s.speed:
@@ -215,10 +220,11 @@ def run_scenario(s: Scenario, seed: int, users: int, seconds: float, direct: boo
 
             runs["ultraroute"] = asyncio.run(race(via_gateway, users, seconds, events(None)))
         finally:
-            gw.stop()
+            if gw is not None:
+                gw.stop()
             if base is not None:
                 base.stop()
-            if logs is not None:  # Ultraroute's gateway log: one access-log line per request, why it went where
+            if logs is not None and gw is not None:  # Ultraroute's log: one access-log line per request
                 logs.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(gw.log_path, logs / f"{s.name}-seed{seed}.log")
     return runs

@@ -6,7 +6,7 @@ and errors on those routes are rendered in that API's shape; the rest read the c
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
 current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
-(`serve/drain.py`): `/healthz` is readiness (503 while draining), `/livez` liveness.
+(`serve/drain.py`): `/healthz` is readiness (503 while warming up, warm_up.py, and while draining), `/livez` liveness.
 
 The client API routes are served as plain ASGI handlers (`GatewayApp.fast_routes`), before FastAPI's
 middleware, exception and routing layers: those cost ~25% of the gateway's CPU per completion under
@@ -362,15 +362,18 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
     async def dashboard() -> Response:
         return Response(dashboard_page, media_type=DASHBOARD_MEDIA_TYPE, headers={"cache-control": "no-cache"})
 
-    @app.get("/healthz", responses={503: {"description": "Draining after SIGTERM: send no more requests"}})
+    @app.get("/healthz", responses={503: {"description": "Warming up (`health.warm_up`), or draining after "
+                                                       "SIGTERM: send no requests now"}})
     async def healthz(request: Request) -> JSONResponse:
         """Readiness, and which replica answered (`serve --workers N`: which worker): 200 while it takes
-        requests, 503 from SIGTERM on."""
-        replica = services_of(request).replica_id
-        if drain.draining:
-            return JSONResponse({"status": "draining", "replica": replica}, status_code=503,
+        requests; 503 while it measures its endpoints at start (warm_up.py) and from SIGTERM on."""
+        services = services_of(request)
+        status = "draining" if drain.draining else \
+            "warming_up" if services.warm_up is not None and not services.warm_up.done else "ok"
+        if status != "ok":
+            return JSONResponse({"status": status, "replica": services.replica_id}, status_code=503,
                                 headers={"retry-after": "1"})
-        return JSONResponse({"status": "ok", "replica": replica})
+        return JSONResponse({"status": "ok", "replica": services.replica_id})
 
     @app.get("/livez")
     async def livez() -> JSONResponse:

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gateway.attempt import open_attempt, outcome_of, prompt_estimate, upstream_body
 from gateway.config import Endpoint
@@ -54,6 +55,8 @@ from gateway.upstream import Upstreams
 from gateway.upstream_stream import Meter, UpstreamStream
 
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+# A probe that measures a decode rate (warm_up.py) asks for a long answer and is cut at its max_tokens.
+MEASURE_PROMPT = "Count from 1 to 200, one number per line."
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,12 +320,18 @@ class Dispatcher:
         elif err.status == 429 and not probe:
             self.health.cool_down(endpoint, err.retry_after_s if err.retry_after_s is not None else 1.0)
 
-    async def probe(self, endpoint: Endpoint) -> AttemptSample:
-        """A 1-token completion outside any client request (`health_probe.py`): within the endpoint's
-        first-token budget, recorded in telemetry and costed, but not as a client attempt (no
-        in-flight count, no capacity slot, no breaker observation: the prober reports the result)."""
-        request = ChatRequest(request_id="probe", body=PROBE_BODY, model=endpoint.model, stream=True,
-                              include_usage=False, prompt_chars=len("ping"))
+    async def probe(self, endpoint: Endpoint, max_tokens: int = 1) -> AttemptSample:
+        """A 1-token completion outside any client request (`health_probe.py`), or one of `max_tokens`
+        that measures a decode rate (`warm_up.py`): within the endpoint's first-token budget, recorded
+        in telemetry and costed, but not as a client attempt (no in-flight count, no capacity slot, no
+        breaker observation: the caller reports the result)."""
+        if max_tokens == 1:
+            body: dict[str, Any] = PROBE_BODY
+        else:
+            body = {"messages": [{"role": "user", "content": MEASURE_PROMPT}], "max_tokens": max_tokens}
+        prompt = body["messages"][0]["content"]
+        request = ChatRequest(request_id="probe", body=body, model=endpoint.model, stream=True,
+                              include_usage=False, prompt_chars=len(prompt))
         meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
         started_at = time.time()
         in_flight = self.telemetry.in_flight(endpoint.key)

@@ -36,6 +36,7 @@ from gateway.shaper import Shaper
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
+from gateway.warm_up import WarmUp
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class Services:
     sessions: Sessions  # stored Responses conversations
     sharing: HealthSharing | None = None
     prober: Prober | None = None
+    warm_up: WarmUp | None = None  # /healthz is not ready until it is done
 
 
 def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore, health: HealthBoard,
@@ -149,6 +151,11 @@ async def open_services(
     await shaper.start()
     access_log.start()
     await lag.start()
+    warm_up = None
+    if config.health.warm_up:
+        warm_up = WarmUp(config.catalogue.endpoints(), dispatcher, router, telemetry, metrics, access_log,
+                         config.health.warm_up_tokens, config.health.warm_up_timeout_s)
+        await warm_up.start()
     sessions = open_sessions(config.redis_url, gw.redis_key_prefix, config.sessions)
     sessions.outage.on_error = metrics.redis_error
     try:
@@ -169,8 +176,11 @@ async def open_services(
             sessions=sessions,
             sharing=sharing,
             prober=prober,
+            warm_up=warm_up,
         )
     finally:
+        if warm_up is not None:
+            await warm_up.stop()
         await lag.stop()
         await sessions.aclose()
         access_log.stop()

@@ -132,6 +132,7 @@ class RedisStore(StoreBase):
         self._unacked: list[_Sent] = []  # sent, reply not received yet: re-sent with the same token
         self._token_prefix = f"{replica_id}:{uuid.uuid4().hex[:12]}"
         self._seq = 0
+        self._view_read = asyncio.Event()  # set once a refresh has read every replica's figures
 
         self._client: AnyRedis | None = None
         self._task: asyncio.Task[None] | None = None
@@ -201,6 +202,10 @@ class RedisStore(StoreBase):
                                    retries=False)
         self._task = asyncio.create_task(self._run(), name=f"telemetry-redis-{self.replica_id}")
 
+    async def view_read(self) -> None:
+        """Returns once a refresh has read every replica's figures (waits through an outage: bound it)."""
+        await self._view_read.wait()
+
     async def stop(self) -> None:
         """Stop the task, flush what is pending (best effort, bounded time), close the client."""
         self._stopping = True
@@ -232,6 +237,8 @@ class RedisStore(StoreBase):
                 if now >= next_refresh:
                     more = await self._refresh()
                     next_refresh = now + (0.01 if more else self.refresh_interval_s)
+                    if not more:
+                        self._view_read.set()
                 self._on_success()
                 delay = max(0.0, min(next_flush, next_refresh) - loop.time())
             except asyncio.CancelledError:

@@ -63,6 +63,8 @@ class TelemetryStore(Protocol):
 
     async def stop(self) -> None: ...
 
+    async def view_read(self) -> None: ...
+
 
 class Ewma:
     """Exponentially weighted moving average; the first value seeds it."""
@@ -285,6 +287,10 @@ class StoreBase(ABC):
         return None
 
     async def stop(self) -> None:
+        return None
+
+    async def view_read(self) -> None:
+        """Returns once the figures of every replica have been read (here: at once, there are no others)."""
         return None
 
 

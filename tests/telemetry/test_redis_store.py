@@ -352,3 +352,18 @@ async def test_large_backlog_is_flushed_in_bounded_chunks(redis_url: str, key_pr
     await eventually(lambda: sum(b.stats(f"m/e{i}", 60).requests for i in range(30)) == 30, timeout=5.0)
     assert a.flushes - flushes0 >= 30 * 14 // 60  # ~14 commands per endpoint, at most 60 per flush
     assert a.stats("m/e7", 60).requests == 1
+
+
+async def test_view_read_returns_once_a_new_replica_has_read_the_whole_history(
+        redis_url: str, key_prefix: str, stores) -> None:
+    """What warm-up waits for before it decides which endpoints nobody has measured."""
+    now = time.time()
+    a = await stores(redis_url, "A", key_prefix=key_prefix, **FAST)
+    for age in range(0, 1700, 20):
+        a.record(build_sample("m/x", at=now - age))
+    await eventually(lambda: not a._pending and a.flushes >= 2, timeout=3.0)
+    c = await stores(redis_url, "C", key_prefix=key_prefix, max_reads_per_refresh=20, **FAST)
+    async with asyncio.timeout(10):
+        await c.view_read()
+    assert c.refreshes >= 2  # the history took several reads: view_read waited for all of them
+    assert c.stats("m/x", 1800).requests == 85
