@@ -3,10 +3,10 @@ logger `ultraroute.access`.
 
 Does: build the line for a served request (`served()`, from the pipeline's `finish()`, with the
 served attempt's sample), for one that failed with no served attempt (`failed()`, from the app's
-error rendering), or for a background probe of an open circuit (`probe()`, marked `"probe": true`);
-append it to a buffer that a background thread encodes and writes out in batches (every `FLUSH_S`), so the
-write to stdout never happens on the event loop and a request costs no thread wake-up. (A
-`QueueHandler` per line woke the writer thread for every request: ~20% of the gateway's CPU under
+error rendering), or for a background probe of an open circuit or a warm-up completion (`probe()`,
+marked `"probe": true`); append it to a buffer that a background thread encodes and writes out in
+batches (every `FLUSH_S`), so the write to stdout never happens on the event loop and a request costs
+no thread wake-up. (A `QueueHandler` per line woke the writer thread for every request: ~20% of the gateway's CPU under
 load, most of it the two threads trading the GIL.)
 Does not: log prompt or completion text, headers, or anything that could hold a key. Nothing here
 reads the request body; the fields are ids, figures and bounded labels.
@@ -164,8 +164,8 @@ class AccessLog:
         })
 
     def probe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
-        """A background probe of an open circuit (health_probe.py): not a client request, so no
-        request id or key; `"probe": true` tells it apart."""
+        """A background probe of an open circuit (health_probe.py) or a warm-up completion (warm_up.py):
+        not a client request, so no request id or key; `"probe": true` tells it apart."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
         at = time.time()

@@ -156,8 +156,9 @@ class Metrics:
         self._by_api: dict[tuple[str, int], LoopCounter] = {}
         self._circuit = Gauge("ultraroute_endpoint_circuit_open", "1 while the endpoint's circuit is open.",
                               by_endpoint, registry=r)
-        self._probes = Counter("ultraroute_probes", "Background probes of open circuits (health_probe.py), by "
-                               "outcome; not client traffic, so not in ultraroute_requests_total.",
+        self._probes = Counter("ultraroute_probes", "Background probes of open circuits (health_probe.py) and "
+                               "warm-up completions (warm_up.py), by outcome; not client traffic, so not "
+                               "in ultraroute_requests_total.",
                                [*by_endpoint, "outcome"], registry=r)
         self._probe_cost = Counter("ultraroute_probe_cost_usd", "What the background probes cost, in USD "
                                    "(not in ultraroute_cost_usd_total).", by_endpoint, registry=r)
@@ -224,7 +225,7 @@ class Metrics:
             s.cost.inc(sample.cost_usd)
 
     def probe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
-        """One background probe (from `health_probe.Prober`)."""
+        """One background probe (`health_probe.Prober`) or warm-up completion (`warm_up.WarmUp`)."""
         labels = (endpoint.model, endpoint.id, endpoint.tier.value)
         self._probes.labels(*labels, sample.outcome.value).inc()
         if sample.cost_usd > 0:
