@@ -10,7 +10,8 @@ Why aiohttp and not httpx: measured on this path (the same stub upstream, 20-chu
 httpx client costs ~2.5 ms of CPU per request, httpx over aiohttp (`httpx-aiohttp`) ~1 ms, aiohttp
 itself ~0.35 ms; httpx's own wrapping was most of the gateway's budget. aiohttp's connector takes an
 idle connection from a per-host deque in O(1), so one pool per provider is enough (httpcore scanned
-every connection per request, which is why pools used to be sharded).
+every connection per request, which is why pools used to be sharded). Its connections are tuned for
+streams in upstream_aiohttp.py.
 
 The test seam stays httpx's: given a `transport_factory` (e.g. one returning `httpx.MockTransport`),
 `Upstreams` sends through an `httpx.AsyncClient` on that transport instead, and returns the
@@ -21,16 +22,15 @@ connection failed", so callers catch one set.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
 import httpx
-from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from gateway.config import Endpoint, Provider
+from gateway.upstream_aiohttp import StreamConnector
 
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
 
@@ -131,30 +131,8 @@ def _headers(provider: Provider) -> dict[str, str]:
     return headers
 
 
-class _StreamHandler(ResponseHandler):
-    """aiohttp's connection protocol, minus a call per HTTP chunk read. aiohttp's `StreamReader`
-    calls `resume_reading()` after taking each buffered chunk that leaves the buffer under its low
-    water mark -- for a provider's stream, after every event, 20-odd times per read -- and each call
-    re-runs the HTTP parser on no data and resumes a transport that was never paused: ~5% of a JSON
-    request's instructions. When reading is not paused there is nothing to resume, so this does
-    nothing then; when it is paused (a full buffer), aiohttp's own resume runs as before."""
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        if self._reading_paused or getattr(self, "_buffer_paused", False):  # (not in every aiohttp 3.x)
-            super().resume_reading(resume_parser)
-
-
-class _Connector(aiohttp.TCPConnector):
-    """aiohttp's connector, making `_StreamHandler`s: `_factory` is what aiohttp's own connector makes
-    its protocols with, and has no public setting."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._factory = functools.partial(_StreamHandler, loop=self._loop)
-
-
 def _session(provider: Provider) -> aiohttp.ClientSession:
-    connector = _Connector(limit=provider.max_connections, limit_per_host=0, keepalive_timeout=30.0)
+    connector = StreamConnector(limit=provider.max_connections, limit_per_host=0, keepalive_timeout=30.0)
     # sock_read=None: how long a provider may think is decided per attempt by the dispatcher's budgets.
     timeout = aiohttp.ClientTimeout(total=None, connect=provider.connect_timeout_s,
                                     sock_connect=provider.connect_timeout_s, sock_read=None)

@@ -6,7 +6,6 @@ quotes the key in its errors, with every logger (the upstream client's included)
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -15,7 +14,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from aiohttp.client_proto import ResponseHandler
 from pydantic import SecretStr
 
 from gateway.attempt import open_attempt
@@ -25,6 +23,7 @@ from gateway.simulator import Simulator
 from gateway.simulator.config import parse_sim_config
 from gateway.upstream import REDACTED, Upstreams, redact
 from gateway.upstream_stream import Meter
+from tests.test_upstream_aiohttp import sse_server_response, stream_from_raw_server
 
 KEY = "sk-live-0123456789abcdefXYZ"
 
@@ -100,71 +99,6 @@ def test_successor_keeps_the_pools_of_unchanged_providers_and_retires_the_rest()
     assert set(following._test_clients) == {"same", "changed", "added"}
     assert retired._test_clients is not None and set(retired._test_clients) == {"changed", "removed"}
     assert str(following._urls["changed"]).startswith("http://elsewhere.test")
-
-
-def sse_server_response(events: int, size: int = 100) -> bytes:
-    """A chunked SSE response, one HTTP chunk per event, as providers send them."""
-    event = b"data: " + b"x" * size + b"\n\n"
-    body = b"".join(b"%x\r\n%b\r\n" % (len(event), event) for _ in range(events)) + b"0\r\n\r\n"
-    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" + body
-
-
-async def stream_from_raw_server(response: bytes, read_after_s: float = 0.0,
-                                 heads: list[bytes] | None = None) -> bytes:
-    """Open a stream through `Upstreams` from a loopback server that writes `response` at once, and
-    read it all (after `read_after_s`, so that a large one fills the client's buffer first). The
-    request's head is appended to `heads`."""
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if heads is not None:
-            heads.append(head)
-        writer.write(response)
-        await writer.drain()
-        await reader.read()  # until the client closes
-        writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    file = parse_catalogue({"providers": {"raw": {"base_url": f"http://127.0.0.1:{port}/v1"}},
-                            "models": {"m": {"endpoints": [{"provider": "raw", "model": "up",
-                                                            "price": {"input": 1, "output": 1}}]}}}, "test")
-    catalogue = build_catalogue(file, "test", {})
-    upstreams = Upstreams(catalogue.providers)
-    try:
-        async with asyncio.timeout(10):
-            response_ = await upstreams.open(catalogue.models["m"][0], b"{}")
-            await asyncio.sleep(read_after_s)
-            received = b"".join([part async for part in response_.aiter_raw()])
-            await response_.aclose()
-    finally:
-        await upstreams.aclose()
-        server.close()
-    return received
-
-
-async def test_reading_a_stream_does_not_rerun_the_parser_per_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    """aiohttp's reader asks its protocol to resume reading after every HTTP chunk it hands over, and
-    the protocol re-runs the HTTP parser on no data each time; the gateway's protocol skips that when
-    reading is not paused (see `upstream._StreamHandler`)."""
-    empty_feeds = 0
-    original = ResponseHandler.data_received
-
-    def counting(self: ResponseHandler, data: bytes) -> None:
-        nonlocal empty_feeds
-        empty_feeds += not data
-        original(self, data)
-
-    monkeypatch.setattr(ResponseHandler, "data_received", counting)
-    received = await stream_from_raw_server(sse_server_response(40))
-    assert received.count(b"data: ") == 40
-    assert empty_feeds == 0  # aiohttp's own protocol: one per event (40)
-
-
-async def test_a_stream_that_fills_the_buffer_still_resumes() -> None:
-    """A stream read more slowly than it arrives pauses the transport at aiohttp's high water mark;
-    reading must resume it (aiohttp's own path), or the rest would never come."""
-    received = await stream_from_raw_server(sse_server_response(4000, size=400), read_after_s=0.3)
-    assert received.count(b"data: ") == 4000
 
 
 async def test_the_request_asks_for_an_identity_body_once() -> None:

@@ -1,0 +1,104 @@
+"""aiohttp's connection, tuned for providers' streams: what each HTTP chunk costs, paid once per read.
+
+A provider sends a stream as one HTTP chunk per event, 20-odd per network read. aiohttp handles each
+chunk in Python several times over: its C parser calls the body reader's `begin_http_chunk_receiving`,
+`feed_data` and `end_http_chunk_receiving`; reading takes the buffered chunks one by one
+(`_read_nowait_chunk`), and after each the reader asks the protocol to `resume_reading()`, which re-ran
+the parser on no data. Measured (benchmarks/instructions.py, JSON clients at c=8, the stub's 24
+chunks sent as 24 or as one): ~12% of a request's instructions. Here:
+
+- `StreamProtocol.resume_reading` does nothing unless reading is paused (a full buffer); then
+  aiohttp's own resume runs.
+- `StreamProtocol.data_received` parses a new response's head on its own, then makes the body
+  reader aiohttp created for it a `LeanReader` before any of the body reaches it.
+- `LeanReader` keeps no HTTP chunk boundaries (only `readchunk()` uses them; the gateway reads with
+  `iter_any()`), and hands over everything buffered in one join. Flow control stays aiohttp's: it
+  pauses the transport past its high water mark and is asked to resume once the buffer is read.
+
+aiohttp offers no setting for either class (its C parser makes the reader with a class of its own;
+`_factory` is how its connector makes protocols), so both lean on its internals: pinned by the
+loopback tests in tests/test_upstream_aiohttp.py, which fail if an aiohttp release changes them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.streams import StreamReader
+
+_HEAD_END = b"\r\n\r\n"
+
+
+class LeanReader(StreamReader):
+    """aiohttp's body reader without per-chunk bookkeeping. Made by changing the class of the
+    reader aiohttp created (the same slots, so the same layout): no HTTP chunk boundaries are kept,
+    and `readany()` (all that `iter_any()` calls) takes the whole buffer in one join."""
+
+    __slots__ = ()
+
+    def begin_http_chunk_receiving(self) -> None:
+        pass
+
+    def end_http_chunk_receiving(self) -> None:
+        # aiohttp also pauses here past 1/16 of its limit in chunks, because taking many small chunks
+        # one by one made a read dear; one join does not. Its pause by size (`feed_data`) still holds.
+        pass
+
+    def _read_nowait(self, n: int) -> bytes:
+        buffer = self._buffer
+        if n != -1 or self._buffer_offset or not buffer:  # a sized read, or one after it: aiohttp's
+            return super()._read_nowait(n)
+        self._timer.assert_timeout()
+        data = buffer[0] if len(buffer) == 1 else b"".join(buffer)
+        buffer.clear()
+        self._size = 0
+        self._cursor += len(data)
+        if self._http_chunk_splits:  # boundaries of chunks read before the class changed: all behind us
+            self._http_chunk_splits.clear()
+        self._protocol.resume_reading()  # after the buffer is emptied: a resumed parser may refill it
+        return data
+
+
+class StreamProtocol(ResponseHandler):
+    """aiohttp's connection protocol, with lean body readers and a `resume_reading()` that costs
+    nothing when reading is not paused."""
+
+    def data_received(self, data: bytes) -> None:
+        current = self._payload
+        if current is not None and not current.is_eof():  # more of the body being read: most reads
+            super().data_received(data)
+            return
+        # A new response begins here. Its head alone first: parsing it creates the body's reader, which
+        # is made lean before the rest of this read (often the whole body) is fed to it.
+        end = data.find(_HEAD_END) + len(_HEAD_END)
+        if len(_HEAD_END) <= end < len(data):
+            super().data_received(data[:end])
+            self._make_lean()
+            if self.exception() is not None:  # a malformed head: the connection is already closed
+                return
+            data = data[end:]
+        super().data_received(data)
+        self._make_lean()  # a head that ended exactly here, or in a later read
+
+    def _make_lean(self) -> None:
+        payload = self._payload
+        if type(payload) is StreamReader and not payload.is_eof():
+            payload.__class__ = LeanReader
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's reader asks for this after every chunk it hands over; each call re-ran the HTTP
+        # parser on no data and resumed a transport that was never paused.
+        if self._reading_paused or getattr(self, "_buffer_paused", False):  # (not in every aiohttp 3.x)
+            super().resume_reading(resume_parser)
+
+
+class StreamConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, making `StreamProtocol`s: `_factory` is what aiohttp's own connector makes
+    its protocols with, and has no public setting."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(StreamProtocol, loop=self._loop)
