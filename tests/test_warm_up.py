@@ -30,7 +30,7 @@ class FakeDispatcher:
             await asyncio.Event().wait()
         else:
             await self.release.wait()
-        return AttemptSample(endpoint.key, time.time(), Outcome.OK, 200, 0.1, 0.1, self.tps, 0.3,
+        return AttemptSample(endpoint.key, time.time() - 0.3, Outcome.OK, 200, 0.1, 0.1, self.tps, 0.3,
                              output_tokens=max_tokens, cost_usd=0.00001)
 
 
@@ -45,7 +45,9 @@ async def test_each_unmeasured_chat_endpoint_is_measured_once_and_then_it_is_rea
     cat, store, router, metrics = parts(tmp_path)
     a, b, _ = cat.endpoints()  # type: ignore[attr-defined]
     # b was measured already (here, or by another replica through Redis): no warm-up completion for it
-    store.record(AttemptSample(b.key, time.time(), Outcome.OK, 200, 0.1, 0.1, 150.0, 0.5, output_tokens=60))
+    # Ended now, as a recorded attempt does: one ending later would be filed in a bucket after now's,
+    # outside the window (then, in the last 0.5 s of a bucket, b looked unmeasured).
+    store.record(AttemptSample(b.key, time.time() - 0.5, Outcome.OK, 200, 0.1, 0.1, 150.0, 0.5, output_tokens=60))
     dispatcher = FakeDispatcher(tps=80.0)
     warm = WarmUp(cat.endpoints(), dispatcher, router, store, metrics, AccessLog(), tokens=32,  # type: ignore[arg-type]
                   timeout_s=10)

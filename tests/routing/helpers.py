@@ -46,7 +46,9 @@ def router(cat: Catalogue, explore_rate: float = 0.0, seed: int = 1) -> tuple[Ro
 def feed(r: Router, store: MemoryStore, key: str, *, tps: float | None = None, ttft_ms: float = 500.0,
          n: int = 5, in_flight: int = 0, outcome: Outcome = Outcome.OK) -> None:
     for _ in range(n):
-        sample = AttemptSample(endpoint_key=key, started_at=time.time(), outcome=outcome, status=200,
+        # Started its e2e (1 s) ago, so it ends now, as a recorded attempt does: one that ended in the
+        # future could fall in the bucket after now's, outside every window.
+        sample = AttemptSample(endpoint_key=key, started_at=time.time() - 1.0, outcome=outcome, status=200,
                                ttft_s=ttft_ms / 1000, ttfat_s=ttft_ms / 1000, decode_tps=tps, e2e_s=1.0,
                                output_tokens=100, in_flight_at_start=in_flight)
         store.record(sample)
