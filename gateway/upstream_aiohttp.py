@@ -1,4 +1,4 @@
-"""aiohttp's connection, tuned for providers' streams: what each HTTP chunk costs, paid once per read.
+"""aiohttp's connection, tuned for providers' streams: less Python per HTTP chunk.
 
 A provider sends a stream as one HTTP chunk per event, 20-odd per network read. aiohttp handles each
 chunk in Python several times over: its C parser calls the body reader's `begin_http_chunk_receiving`,
