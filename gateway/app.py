@@ -77,7 +77,10 @@ def assign_request_id(scope: Scope, send: Send) -> tuple[str, Send]:
     async def send_with_id(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = message.setdefault("headers", [])
-            if not any(k == b"x-request-id" for k, _ in headers):
+            for name, _ in headers:  # not any() over a generator: one stopped early raises GeneratorExit in it
+                if name == b"x-request-id":
+                    break
+            else:
                 headers.append((b"x-request-id", raw_id))
         await send(message)
 

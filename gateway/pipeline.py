@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import orjson
@@ -39,7 +39,7 @@ from gateway.dispatch import Served
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
-from gateway.parse import read_body
+from gateway.parse import header_map, read_body
 from gateway.relay import ChunkBatches, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
@@ -288,15 +288,15 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
     return await _answer_json(serving, api, headers, metadata)
 
 
-def prepare(chat: ChatRequest, request: Request, services: Services, client: ApiKey | None,
-            admit: bool = True) -> RequestContext:
+def prepare(chat: ChatRequest, request: Request, headers: Mapping[str, str], services: Services,
+            client: ApiKey | None, admit: bool = True) -> RequestContext:
     """Stages 2-3 (with the model check of stage 0) for a parsed request: resolve preferences, select;
     then, with `admit`, the key's limits and budget (stage 0's last check: a request refused for its
     model or its plan has not used any). Without `admit`, pure and no I/O: what `/v1/route` shows."""
     request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
     services.access.authorize(client, chat)
     started = time.perf_counter()
-    prefs = services.resolver(chat, request.headers, client.policy if client is not None else None)
+    prefs = services.resolver(chat, headers, client.policy if client is not None else None)
     plan = services.router.plan(chat, prefs)
     services.metrics.route_selection(time.perf_counter() - started)
     limit_headers = tuple(services.access.admit(client).items()) if admit else ()
@@ -309,11 +309,12 @@ async def plan_request(request: Request, services: Services, request_id: str, ap
     for `/v1/route` (without `admit`). The key is checked before the body is read: a stranger's bytes
     are never parsed. `recall` is the one step that may wait on Redis, and only for a request that
     continues a stored conversation."""
-    client = await services.access.authenticate(request.headers)
+    headers = header_map(request.scope["headers"])
+    client = await services.access.authenticate(headers)
     raw = await read_body(request, services.config.gateway.max_body_bytes)
-    chat = api.parse(raw, request.headers, request_id, services.config.gateway)
+    chat = api.parse(raw, headers, request_id, services.config.gateway)
     chat = await api.recall(chat, services, client)
-    return prepare(chat, request, services, client, admit)
+    return prepare(chat, request, headers, services, client, admit)
 
 
 async def handle(request: Request, services: Services, request_id: str, api: ClientApi = CHAT) -> Response:

@@ -74,7 +74,8 @@ def _scrub_text(text: str, key: str) -> str:
 
 
 class UpstreamResponse(Protocol):
-    """A provider's response, status and headers read, body not yet (both clients' responses fit)."""
+    """A provider's response, status and headers read, body not yet (both clients' responses fit).
+    An aiohttp response also has `read_now()`, which upstream_stream.py uses where it is present."""
 
     @property
     def status_code(self) -> int: ...
@@ -108,6 +109,15 @@ class _AiohttpResponse:
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()  # whatever each network read brought, in one piece
+
+    def read_now(self) -> bytes | None:
+        """What `aiter_raw()` would yield next if it needs no wait: the bytes buffered, or b"" at
+        the end; None when a read would wait. Raises what a read would (the connection broke)."""
+        content = self._response.content
+        data = content.read_nowait()  # everything buffered, b"" if nothing
+        if data or content.at_eof():
+            return data
+        return None
 
     async def aread(self) -> bytes:
         return await self._response.read()

@@ -119,6 +119,8 @@ class UpstreamStream:
         self.meter = meter
         self._response = response
         self._reads = response.aiter_raw()
+        # An aiohttp response can say what a read would bring without waiting (`read_now()`).
+        self._read_now: Callable[[], bytes | None] | None = getattr(response, "read_now", None)
         self._decoder = SSEDecoder()
         self._stall_s = stall_s
         self._pending: list[Event] = []
@@ -143,12 +145,21 @@ class UpstreamStream:
         self._progress_of = (started_at, in_flight_at_start)
         self._check_at = 0.0
 
-    async def _read(self, budget: Budget, gate: bool = False) -> list[Event] | None:
-        """One network read within `budget`, parsed and metered; None at the end of the stream. At the
-        `gate` of a streaming client's stream, parsing stops after the first token."""
+    async def _read(self, budget: Budget | float, gate: bool = False) -> list[Event] | None:
+        """One network read within `budget` (seconds from now, or a `Budget`), parsed and metered; None
+        at the end of the stream. At the `gate` of a streaming client's stream, parsing stops after
+        the first token."""
         try:
-            with budget.timeout():
-                raw = await anext(self._reads)
+            # Bytes that are already here need no timer (on a fast upstream, most reads of a JSON
+            # client's answer: its body and its end arrive with the head).
+            raw = self._read_now() if self._read_now is not None else None
+            if raw is None:
+                if not isinstance(budget, Budget):
+                    budget = Budget(budget, self._lag)
+                with budget.timeout():
+                    raw = await anext(self._reads)
+            elif not raw:
+                return None
         except StopAsyncIteration:
             return None
         except TRANSPORT_ERRORS as exc:
@@ -291,7 +302,7 @@ class UpstreamStream:
         # response is fully consumed; closing it early would cost a new connection per request.
         while not self._ended:
             try:
-                chunks = await self._read(Budget(self._stall_s, self._lag))
+                chunks = await self._read(self._stall_s)
             except TimeoutError:
                 message = f"upstream stalled: no data for {self._stall_s:.0f} s"
                 raise StreamBroken(message, status=504) from None

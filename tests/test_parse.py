@@ -14,7 +14,7 @@ from starlette.types import Message
 
 from gateway.config import GatewayFile
 from gateway.errors import InvalidRequest, PayloadTooLarge
-from gateway.parse import parse_chat_request, read_body
+from gateway.parse import header_map, parse_chat_request, read_body
 from gateway.policy import Sort, Speed
 
 
@@ -267,3 +267,13 @@ def test_model_names_and_fallback_lists_are_bounded() -> None:
         parse({"model": "m", "messages": MSG, "models": ["a" * 257]})
     assert err.value.param == "models"
     assert parse({"model": "m" * 256, "messages": MSG, "models": ["a"] * 32}).fallback_models == ("a",) * 32
+
+
+def test_the_header_map_keeps_the_first_of_a_repeated_name_as_starlette_does() -> None:
+    raw = [(b"host", b"gw"), (b"x-ultraroute-speed", b"fast"), (b"x-ultraroute-speed", b"standard"),
+           (b"x-session-id", b"caf\xe9")]
+    headers = header_map(raw)
+    starlette = Request({"type": "http", "headers": raw}).headers
+    for name in ("host", "x-ultraroute-speed", "x-session-id", "x-ultraroute-policy"):
+        assert headers.get(name) == starlette.get(name)
+    assert headers["x-ultraroute-speed"] == "fast" and headers["x-session-id"] == "café"

@@ -185,3 +185,22 @@ async def test_a_malformed_head_fails_the_request_as_a_connection_error() -> Non
     async with provider.upstreams() as (upstreams, endpoint):
         with pytest.raises(TRANSPORT_ERRORS):
             await upstreams.open(endpoint, b"{}")
+
+
+def chunked(events: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in events)
+
+
+async def test_read_now_takes_what_has_arrived_and_says_when_a_read_would_wait() -> None:
+    """`read_now()`: the bytes buffered, None while more is on its way, b"" at the end."""
+    events = sse_events(4)
+    provider = RawProvider([[HEAD + chunked(events[:2]), chunked(events[2:]) + b"0\r\n\r\n"]], pause_s=0.2)
+    async with provider.upstreams() as (upstreams, endpoint):
+        response = await upstreams.open(endpoint, b"{}")
+        await asyncio.sleep(0.05)  # the server's pause is longer: timers of one loop fire in order
+        assert response.read_now() == events[0] + events[1]
+        assert response.read_now() is None  # the rest is 0.15 s away: a read would wait
+        rest = b"".join([part async for part in response.aiter_raw()])
+        assert rest == events[2] + events[3]
+        assert response.read_now() == b""
+        await response.aclose()

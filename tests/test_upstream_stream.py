@@ -5,6 +5,7 @@ The response is a fake at the `UpstreamResponse` seam whose body arrives as the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from gateway.config import Endpoint, build_catalogue, parse_catalogue
 from gateway.errors import UpstreamError
-from gateway.upstream_stream import Meter, UpstreamStream
+from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
 
 
 class ScriptedResponse:
@@ -108,3 +109,58 @@ async def test_for_a_json_client_the_gate_parses_the_whole_read(endpoint: Endpoi
     await stream.open_gate(5.0)
     first = await stream.next_batch()
     assert first is not None and len(first) == 2 and stream.answer == ["a", "b"]
+
+
+class ReadyResponse(ScriptedResponse):
+    """A response that can say what a read would bring without waiting (`read_now()`, as aiohttp's
+    does): the first `ready` reads have arrived; the rest only come when awaited."""
+
+    def __init__(self, *reads: bytes, ready: int) -> None:
+        super().__init__(*reads)
+        self._arrived = list(reads[:ready])
+        self._later = reads[ready:]
+
+    def read_now(self) -> bytes | None:
+        if self._arrived:
+            return self._arrived.pop(0)
+        return b"" if not self._later else None
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        while self._later:
+            read, self._later = self._later[0], self._later[1:]
+            await asyncio.sleep(0.01)
+            yield read
+
+
+async def test_reads_that_have_arrived_set_no_timer_and_a_read_that_waits_does(
+        endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast provider's answer often arrives with its head: reading it needs no stall timer (a timer
+    started and cancelled per read was ~2% of a JSON request). A read that must wait is timed."""
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_later = loop.call_later
+
+    def counting_call_later(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        if delay > 1.0:  # a stall timer (5 s), not the fake's own 10 ms sleep
+            timers.append(delay)
+        return call_later(delay, callback, *args)
+
+    response = ReadyResponse(chunk({"content": "a"}), chunk({"content": "b"}), chunk({"content": "c"}),
+                             event("[DONE]"), ready=2)
+    stream = UpstreamStream(endpoint, response, Meter(t_sent=time.perf_counter()), stall_s=5.0)
+    monkeypatch.setattr(loop, "call_later", counting_call_later)
+    await stream.open_gate(5.0)
+    assert await stream.next_batch() is not None and timers == []  # "a", then "b": both had arrived
+    assert await stream.next_batch() is not None and timers == []
+    assert await stream.next_batch() is not None and len(timers) == 1  # "c" was awaited, within the stall
+    assert await stream.next_batch() is None
+    assert stream.answer == ["a", "b", "c"] and stream.meter.done
+
+
+async def test_a_read_that_waits_past_the_stall_breaks_the_stream(endpoint: Endpoint) -> None:
+    response = ReadyResponse(chunk({"content": "a"}), chunk({"content": "b"}), ready=1)
+    stream = UpstreamStream(endpoint, response, Meter(t_sent=time.perf_counter()), stall_s=0.001)
+    await stream.open_gate(5.0)
+    assert await stream.next_batch() is not None
+    with pytest.raises(StreamBroken, match="stalled"):
+        await stream.next_batch()
