@@ -125,7 +125,7 @@ class Dispatcher:
 
     def _mostly_works(self, endpoint_key: str) -> bool:
         """Whether a 503 from this endpoint is sporadic (retry.py), by its recent attempts."""
-        return mostly_works(self.telemetry.stats(endpoint_key, STATS_WINDOW_S))
+        return mostly_works(self.telemetry.stats(endpoint_key, STATS_WINDOW_S, fresh=True))
 
     def first_token_budget(self, endpoint: Endpoint) -> float:
         """Fixed per endpoint, or a multiple of its live p90 TTFT within [min, max]."""

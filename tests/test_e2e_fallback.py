@@ -39,7 +39,9 @@ def sim() -> Iterator[SimProcess]:
                               "denied": {**profile, "faults": {"error_rate": 1.0, "error_status": 401,
                                                                "echo_key_in_errors": True}},
                               "flaky": {**profile, "tokens_per_second": 1000},
-                              "sporadic": {**profile, "tokens_per_second": 1000},
+                              # Fast: its ten successes come within the stats cache's TTL (a stale
+                              # view missed the last of them: the retry must count them all).
+                              "sporadic": {**profile, "ttft_ms": 5, "tokens_per_second": 1000},
                               "brk": {**profile, "tokens_per_second": 1000},
                               "evt": {**profile, "tokens_per_second": 1000},
                               "slot": {**profile, "ttft_ms": 20, "tokens_per_second": 100, "output_tokens": 30},

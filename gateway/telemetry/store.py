@@ -53,7 +53,7 @@ class TelemetryStore(Protocol):
 
     def in_flight(self, endpoint_key: str) -> int: ...
 
-    def stats(self, endpoint_key: str, window_s: float = 300) -> EndpointStats: ...
+    def stats(self, endpoint_key: str, window_s: float = 300, fresh: bool = False) -> EndpointStats: ...
 
     def keys(self) -> list[str]: ...
 
@@ -183,12 +183,14 @@ class StoreBase(ABC):
         loc = self._local.get(endpoint_key)
         return (loc.in_flight if loc is not None else 0) + self._remote_in_flight(endpoint_key)
 
-    def stats(self, endpoint_key: str, window_s: float = 300) -> EndpointStats:
-        """Stats of the last `window_s` seconds, recomputed at most every `cache_ttl_s`. Never raises."""
+    def stats(self, endpoint_key: str, window_s: float = 300, fresh: bool = False) -> EndpointStats:
+        """Stats of the last `window_s` seconds, recomputed at most every `cache_ttl_s`; with `fresh`,
+        now (for a decision on a failure path, which must count the attempts just recorded: a view
+        250 ms old misses two or three of a fast endpoint's). Never raises."""
         now = self.clock()
         w = float(window_s)
         per_key = self._cache.get(endpoint_key)
-        if per_key is not None:
+        if per_key is not None and not fresh:
             if endpoint_key in self._ewma_moved:
                 self._ewma_moved.discard(endpoint_key)
                 self._refresh_ewmas(endpoint_key, per_key)

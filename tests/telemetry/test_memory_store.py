@@ -47,6 +47,17 @@ def test_stats_are_cached_then_refreshed(clock: FakeClock, make_sample: SampleFa
     assert refreshed is not first and refreshed.requests == 6
 
 
+def test_fresh_stats_count_what_was_just_recorded(clock: FakeClock, make_sample: SampleFactory) -> None:
+    """A decision on a failure path (is a 503 sporadic?) must see the attempts just recorded."""
+    store = MemoryStore(clock=clock, cache_ttl_s=0.2)
+    store.record(make_sample(at=clock.now))
+    assert store.stats(KEY, 300).requests == 1
+    store.record(make_sample(at=clock.now))
+    assert store.stats(KEY, 300).requests == 1  # the cached view
+    assert store.stats(KEY, 300, fresh=True).requests == 2
+    assert store.stats(KEY, 300).requests == 2  # and the view is now that one
+
+
 def test_ewma_reacts_within_a_few_samples(clock: FakeClock, make_sample: SampleFactory) -> None:
     store = MemoryStore(clock=clock)
     for _ in range(200):
