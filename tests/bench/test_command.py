@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.bench.command import frozen_heap
 from gateway.cli import main
 from gateway.simulator.testing import SimProcess, free_port, make_sim_config
 
@@ -101,3 +103,11 @@ def test_api_key_is_read_from_the_named_variable_only(tmp_path: Path, capsys: py
     assert "BENCH_TEST_KEY is not set" in capsys.readouterr().out
     described = json.loads((tmp_path / "results.json").read_text())["targets"][0]
     assert described["api_key_env"] == "BENCH_TEST_KEY"
+
+
+def test_what_the_process_built_before_the_run_is_not_collected_while_it_measures() -> None:
+    """A full collection of a large process (a test session) paused the client mid-measurement."""
+    built_before = [[] for _ in range(1000)]
+    with frozen_heap():
+        assert gc.get_freeze_count() >= len(built_before)  # out of every collection's scan
+    assert gc.get_freeze_count() == 0  # and back in afterwards: the caller's process is as it was
