@@ -111,3 +111,10 @@ def test_what_the_process_built_before_the_run_is_not_collected_while_it_measure
     with frozen_heap():
         assert gc.get_freeze_count() >= len(built_before)  # out of every collection's scan
     assert gc.get_freeze_count() == 0  # and back in afterwards: the caller's process is as it was
+    gc.freeze()  # a process that froze its own heap (as `ultraroute serve` does) keeps it frozen
+    try:
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() >= len(built_before)
+    finally:
+        gc.unfreeze()
