@@ -108,11 +108,12 @@ class AccessLog:
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
                failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False,
-               api: str = "chat") -> None:
+               api: str = "chat", dropped: tuple[str, ...] = ()) -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
         `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
         upstream sent no usage, so the tokens are the gateway's estimate; `api`: the client API it came
-        in by (chat, responses, messages, completions, embeddings)."""
+        in by (chat, responses, messages, completions, embeddings); `dropped`: the client API fields the
+        endpoint did not get (`x-ultraroute-dropped`)."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -141,6 +142,7 @@ class AccessLog:
                        "output": sample.output_tokens, "reasoning": sample.reasoning_tokens},
             "cost_usd": round(sample.cost_usd, 8),
             "usage_estimated": usage_estimated,
+            "dropped": list(dropped),
         })
 
     def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat") -> None:

@@ -31,8 +31,21 @@ _MAX_ERROR_BODY = 64 * 1024
 UPSTREAM_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
 
 
+def dropped_for(request: ChatRequest, endpoint: Endpoint) -> tuple[str, ...]:
+    """The client API fields this endpoint does not get: what the adapter dropped for every upstream,
+    then the fields kept only for endpoints with a capability this one lacks (`x-ultraroute-dropped`)."""
+    if not request.capability_fields:
+        return request.dropped
+    lacking = tuple(name for _, capability, name in request.capability_fields
+                    if capability not in endpoint.capabilities)
+    return request.dropped + lacking
+
+
 def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
     body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
+    for key, capability, _ in request.capability_fields:
+        if capability not in endpoint.capabilities:
+            body.pop(key, None)
     body["model"] = endpoint.upstream_model
     if request.upstream == "embeddings":
         return orjson.dumps(body)  # one JSON answer: only its latency is measured

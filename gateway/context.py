@@ -47,6 +47,12 @@ class ChatRequest:
     api: str = "chat"  # the client API it came in by (gateway/apis/): chat, responses, messages, ...
     upstream: str = "chat"  # the API it is forwarded as: chat, completions or embeddings
     origin: Any = None  # the client API's own parsed request, kept for rendering the answer in its shape
+    # Client API fields the upstream cannot take, dropped by the adapter: named in `x-ultraroute-dropped`
+    # and the access log (README, "Client API fields"), e.g. ("tools.web_search", "context_management").
+    dropped: tuple[str, ...] = ()
+    # Body fields forwarded only to endpoints with a capability, else removed and named as the client
+    # called them: (body key, capability, client field), e.g. ("reasoning_effort", "reasoning", "thinking").
+    capability_fields: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,6 +238,7 @@ def check_model(body: Mapping[str, Any]) -> str:
 def chat_request_from(
     body: dict[str, Any], headers: Mapping[str, str], request_id: str, limits: GatewayFile, *,
     api: str = "chat", upstream: str = "chat", prompt_chars: int | None = None, origin: Any = None,
+    dropped: tuple[str, ...] = (), capability_fields: tuple[tuple[str, str, str], ...] = (),
 ) -> ChatRequest:
     """A `ChatRequest` from a parsed body in the upstream API's shape (`upstream`: chat, completions or
     embeddings). Client APIs other than chat translate their body first (`gateway/apis/`) and pass
@@ -301,4 +302,6 @@ def chat_request_from(
         api=api,
         upstream=upstream,
         origin=origin,
+        dropped=dropped,
+        capability_fields=capability_fields,
     )

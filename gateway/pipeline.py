@@ -33,7 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.chat import ChatApi
-from gateway.attempt import outcome_of
+from gateway.attempt import dropped_for, outcome_of
 from gateway.context import ChatRequest, RequestContext
 from gateway.dispatch import Served
 from gateway.errors import GatewayError
@@ -65,6 +65,9 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
     if hops:
         path = "->".join([*(h[0] for h in hops), endpoint.id])
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
+    dropped = dropped_for(ctx.request, endpoint)
+    if dropped:
+        headers["x-ultraroute-dropped"] = ", ".join(dropped)
     return headers
 
 
@@ -86,7 +89,7 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
                                    ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
-                                   ctx.request.api)
+                                   ctx.request.api, dropped_for(ctx.request, stream.endpoint))
         services.metrics.client_request(ctx.request.api, status)
 
 

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.attempt import upstream_body
+from gateway.attempt import dropped_for, upstream_body
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import Dispatcher, DispatchLimits
@@ -268,6 +268,17 @@ async def test_usage_is_estimated_when_the_upstream_sends_none(catalogue: Catalo
                                                                                   b"[DONE]"))})
     assert completion["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "estimated": True}
     assert served.stream.meter.usage_estimated
+
+
+def test_a_field_kept_for_a_capability_reaches_only_endpoints_that_have_it(catalogue: Catalogue) -> None:
+    asked = replace(request(), body={**request().body, "reasoning_effort": "high"}, dropped=("tools.web_search",),
+                    capability_fields=(("reasoning_effort", "reasoning", "thinking"),))
+    reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
+    plain = replace(catalogue.models["m"][0], capabilities=frozenset())
+    assert orjson.loads(upstream_body(asked, reasons))["reasoning_effort"] == "high"
+    assert "reasoning_effort" not in orjson.loads(upstream_body(asked, plain))
+    assert dropped_for(asked, reasons) == ("tools.web_search",)
+    assert dropped_for(asked, plain) == ("tools.web_search", "thinking")
 
 
 def test_an_endpoint_without_stream_usage_is_not_asked_for_it(catalogue: Catalogue) -> None:
