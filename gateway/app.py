@@ -2,7 +2,8 @@
 
 Routes are thin: each client API's route (`gateway/apis/`: `/v1/chat/completions`, `/v1/responses`,
 `/v1/messages`, `/v1/completions`, `/v1/embeddings`) hands over to `pipeline.handle()` with its adapter,
-and errors on those routes are rendered in that API's shape; the rest read the catalogue,
+and errors on those routes are rendered in that API's shape (`/v1/messages/count_tokens` too,
+apis/count_tokens.py, which calls no upstream); the rest read the catalogue,
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
 current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
@@ -35,6 +36,9 @@ from gateway import pipeline
 from gateway.access.admin import admin_router, spec_body
 from gateway.apis import CLIENT_APIS, stored_responses_router
 from gateway.apis.adapter import ClientApi
+from gateway.apis.count_tokens import PATH as COUNT_PATH
+from gateway.apis.count_tokens import count_schema, count_tokens_router
+from gateway.apis.messages import MessagesApi
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
@@ -118,13 +122,14 @@ class GatewayApp(FastAPI):
 
 
 CHAT = next(api for api in CLIENT_APIS if api.path == "/v1/chat/completions")  # `/v1/route` takes its body
+MESSAGES = next(api for api in CLIENT_APIS if isinstance(api, MessagesApi))  # and count_tokens its own
 
 
-def api_openapi(api: ClientApi, config: Config) -> dict[str, Any]:
-    """A client API route's request body and security in the OpenAPI document, with this catalogue's
-    model names as examples."""
+def api_openapi(api: ClientApi, config: Config, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A client API route's request body (`schema`: another than the API's own) and security in the
+    OpenAPI document, with this catalogue's model names as examples."""
     models = list(config.catalogue.models)
-    schema = api.request_schema
+    schema = schema or api.request_schema
     schema = {**schema, "properties": {**schema["properties"],
                                        "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_NAME,
                                                  "examples": models}}}
@@ -235,6 +240,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             for api in CLIENT_APIS:
                 paths[api.path]["post"]["requestBody"] = api_openapi(api, current)["requestBody"]
             paths["/v1/route"]["post"]["requestBody"] = api_openapi(CHAT, current)["requestBody"]
+            paths[COUNT_PATH]["post"]["requestBody"] = api_openapi(MESSAGES, current,
+                                                                   count_schema(MESSAGES))["requestBody"]
             paths["/admin/keys"]["post"]["requestBody"] = spec_body(current.catalogue, current.policies)["requestBody"]
         return app.openapi_schema  # type: ignore[return-value]
 
@@ -287,6 +294,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
                           responses={200: api.ok_response,
                                      **error_responses(*api.error_statuses, model=api.error_model())})
     app.include_router(stored_responses_router())
+    app.include_router(count_tokens_router(MESSAGES, api_openapi(MESSAGES, config, count_schema(MESSAGES))))
 
     def fast_route(api: ClientApi) -> ASGIApp:
         async def handler(scope: Scope, receive: Receive, send: Send) -> None:

@@ -156,6 +156,9 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
             yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
             cancelled = False
             return
+        meter = serving.served.stream.meter
+        if meter.usage_estimated:  # the upstream sent none: the renderer's terminal event carries the estimate
+            renderer.feed([{"choices": [], "usage": meter.usage}])
         yield renderer.finish()
         cancelled = False
     finally:

@@ -62,33 +62,50 @@ RESPONSES_REQUEST: dict[str, Any] = {
 }
 
 # -- Messages ---------------------------------------------------------------------------------
+# Lenient where Anthropic adds things (messages_content.py): a block of a type the parser does not
+# read is dropped and named, so the schema allows any object with another string `type`; the blocks it
+# reads are held to their shapes. Fields it never refuses (thinking, metadata, ...) are not described.
+
+
+def _other(*known: str) -> dict[str, Any]:
+    return _obj(["type"], type={"type": "string", "not": {"enum": list(known)}})
+
+
 _TEXT = _obj(["type", "text"], type=_const("text"), text=STRING)
 _IMAGE = _obj(["type", "source"], type=_const("image"), source={"oneOf": [
     _obj(["type", "data"], type=_const("base64"), media_type=STRING, data=STRING),
-    _obj(["type", "url"], type=_const("url"), url=STRING)]})
+    _obj(["type", "url"], type=_const("url"), url=STRING),
+    _other("base64", "url")]})
 _TOOL_USE = _obj(["type", "id", "name"], type=_const("tool_use"), id=STRING, name=STRING, input={"type": "object"})
-_RESULT_CONTENT = {"anyOf": [STRING, {"type": "null"}, {"type": "array", "items": {"oneOf": [_TEXT, _IMAGE]}}]}
+_RESULT_CONTENT = {"anyOf": [STRING, {"type": "null"},
+                             {"type": "array", "items": {"oneOf": [_TEXT, _IMAGE, _other("text", "image")]}}]}
 _TOOL_RESULT = _obj(["type", "tool_use_id"], type=_const("tool_result"), tool_use_id=STRING,
                     is_error={"type": "boolean"}, content=_RESULT_CONTENT)
-_THINKING = _obj(["type"], type={"type": "string", "enum": ["thinking", "redacted_thinking"]})
+_READ = ("text", "image", "tool_use", "tool_result")  # the block types the parser reads
+_SYSTEM = {"anyOf": [STRING, {"type": "array", "items": {"oneOf": [_TEXT, _other("text")]}}]}
 
 
 def _turn(role: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return _obj(["role", "content"], role=_const(role),
-                content={"anyOf": [STRING, {"type": "array", "items": {"oneOf": blocks}}]})
+                content={"anyOf": [STRING, {"type": "array", "items": {"oneOf": [*blocks, _other(*_READ)]}}]})
 
+
+_CLIENT_TOOL = _obj(["name"], type={"type": ["string", "null"], "enum": ["custom", None]}, name=STRING,
+                    description=STRING, input_schema={"type": "object"})
+_SERVER_TOOL = _obj(["type"], type={"type": "string", "not": {"enum": ["custom"]}})
 
 MESSAGES_REQUEST: dict[str, Any] = {
     "type": "object", "required": ["model", "messages", "max_tokens"],
-    "description": "Anthropic's Messages request, translated to a chat completion. Errors use Anthropic's shape.",
+    "description": "Anthropic's Messages request, translated to a chat completion. Errors use Anthropic's shape. "
+                   "Fields and blocks with no chat equivalent are dropped and named in `x-ultraroute-dropped`.",
     "properties": {
         "model": {"type": "string", "minLength": 1},
         "max_tokens": {"type": "integer", "minimum": 1},
         "messages": {"type": "array", "minItems": 1, "items": {"oneOf": [
-            _turn("user", [_TEXT, _IMAGE, _TOOL_RESULT]), _turn("assistant", [_TEXT, _TOOL_USE, _THINKING])]}},
-        "system": {"anyOf": [STRING, {"type": "null"}, {"type": "array", "items": _TEXT}]},
-        "tools": {"type": ["array", "null"], "items": _obj(["name"], name=STRING, description=STRING,
-                                                           input_schema={"type": "object"})},
+            _turn("user", [_TEXT, _IMAGE, _TOOL_RESULT]), _turn("assistant", [_TEXT, _IMAGE, _TOOL_USE]),
+            _obj(["role", "content"], role=_const("system"), content=_SYSTEM)]}},
+        "system": {"anyOf": [{"type": "null"}, _SYSTEM]},
+        "tools": {"type": ["array", "null"], "items": {"anyOf": [_CLIENT_TOOL, _SERVER_TOOL]}},
         "tool_choice": {"anyOf": [{"type": "null"},
                                   _obj(["type"], type={"type": "string", "enum": ["auto", "none", "any"]},
                                        disable_parallel_tool_use={"type": "boolean"}),
