@@ -50,10 +50,8 @@ class Translation:
         self.chars = 0
 
     def drop(self, name: str) -> None:
-        if len(self.dropped) < MAX_DROPPED_NAMES:
-            self.dropped[name] = None
-        else:
-            self.dropped["..."] = None
+        if name not in self.dropped:  # past the bound, "..." says there were more
+            self.dropped[name if len(self.dropped) < MAX_DROPPED_NAMES else "..."] = None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self.dropped)

@@ -6,6 +6,7 @@ of its own with an endpoint that reasons and one that, like llama.cpp's server, 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,17 @@ def agents() -> Iterator[tuple[SimProcess, GatewayProcess]]:
             yield sim, gw
 
 
+def access_line(gw: GatewayProcess, request_id: str) -> dict[str, Any]:
+    """The access-log line of a request (written off the request's path: waited for)."""
+    deadline = time.monotonic() + 20
+    while True:
+        for line in gw.logs().splitlines():
+            if line.startswith('{"ts"') and f'"request_id":"{request_id}"' in line:
+                return json.loads(line)  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, f"no access-log line for {request_id}"
+        time.sleep(0.1)
+
+
 def claude_code(name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """A captured Claude Code request: its body, and the headers the SDK does not set itself."""
     captured = json.loads((FIXTURES / name).read_text())
@@ -159,6 +171,7 @@ def test_what_claude_code_sends_is_served_and_what_was_dropped_is_named(
     # The endpoints of `m` do not reason: thinking and effort are named with the rest.
     assert {"cache_control", "context_management", "tools.defer_loading", "thinking",
             "output_config.effort"} <= set(dropped)
+    assert access_line(api_gateway, got["x-request-id"])["dropped"] == dropped
     assert events[0].type == "message_start" and events[-1].type == "message_stop"
     sent = last_request(api_sim, got["x-ultraroute-endpoint"], "/chat/completions")
     assert [m["role"] for m in sent["messages"][:3]] == ["system", "user", "system"]

@@ -205,3 +205,9 @@ def test_what_claude_code_sends_is_served(name: str) -> None:
         assert body["messages"][3]["tool_calls"][0]["function"]["name"] == "Bash"
         assert body["messages"][4] == {"role": "tool", "tool_call_id": "toolu_1",
                                        "content": "(Bash completed with no output)"}
+
+
+def test_the_names_dropped_are_bounded_and_header_safe() -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": USER, **{f"new field {i}\r\n": 1 for i in range(40)}}
+    names = dropped_of(body)
+    assert len(names) == 33 and names[-1] == "..." and names[0] == "new_field_0__"
