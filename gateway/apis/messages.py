@@ -167,11 +167,12 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
         chat["tools"] = chat_tools
     choice, parallel = _tool_choice(body.get("tool_choice"))
     forced = choice["function"]["name"] if isinstance(choice, dict) else None
-    if forced in dropped_tools or (choice == "required" and dropped_tools and not chat_tools):
-        what = f"the tool '{forced}'" if forced else "a tool, and every tool offered"
-        raise bad(f"'tool_choice' forces {what} that chat upstreams cannot run: dropped as "
-                  f"{dropped_tools.get(forced or '', ', '.join(sorted(set(dropped_tools.values()))))}.",
-                  "tool_choice")
+    if forced is not None and forced in dropped_tools:
+        raise bad(f"'tool_choice' forces the tool '{forced[:64]}', which chat upstreams cannot run: it is "
+                  f"dropped ({dropped_tools[forced]}).", "tool_choice")
+    if choice == "required" and dropped_tools and not chat_tools:
+        raise bad("'tool_choice' forces a tool call, but every tool offered is one chat upstreams cannot run: "
+                  f"dropped ({', '.join(sorted(set(dropped_tools.values())))}).", "tool_choice")
     if choice is not None and (chat_tools or not dropped_tools):
         chat["tool_choice"] = choice
     if parallel is not None and chat_tools:
