@@ -2,8 +2,8 @@
 Messages API, completing a Bash tool loop against the scripted simulator.
 
 Its environment is the README's ("Coding agents"): the gateway as ANTHROPIC_BASE_URL, a gateway client
-key as ANTHROPIC_API_KEY, the catalogue's model for every role, and no non-essential traffic (no
-telemetry, update checks or error reports, which would go to Anthropic's servers, not to the gateway).
+key as ANTHROPIC_AUTH_TOKEN (sent as a bearer token), the catalogue's model for every role, and no
+non-essential traffic (telemetry, update checks, error reports: they go to Anthropic, not the gateway).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from tests.agents.conftest import (
 
 
 def claude_env(gw: KeyedGateway, home: Path) -> dict[str, str]:
-    return {**base_env(home), "ANTHROPIC_BASE_URL": gw.url, "ANTHROPIC_API_KEY": gw.key,
+    return {**base_env(home), "ANTHROPIC_BASE_URL": gw.url, "ANTHROPIC_AUTH_TOKEN": gw.key,
             "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL,
             "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
             "CLAUDE_CODE_SUBAGENT_MODEL": MODEL, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "ANTHROPIC_CUSTOM_HEADERS": "x-ultraroute-policy: coding-agent",
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
 
 

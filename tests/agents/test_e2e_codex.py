@@ -37,6 +37,7 @@ base_url = "{base_url}"
 wire_api = "responses"
 env_key = "ULTRAROUTE_API_KEY"
 supports_websockets = {websockets}
+http_headers = {{ "x-ultraroute-policy" = "coding-agent" }}
 request_max_retries = 0
 stream_max_retries = 0
 """
