@@ -69,10 +69,20 @@ def assert_tool_loop(sim: SimProcess, tool: str) -> None:
     bodies = chat_requests(sim)
     offered = [b for b in bodies if tool in {t["function"]["name"] for t in b.get("tools") or ()}]
     assert offered, f"no chat request offered {tool}: {[sorted(b) for b in bodies]}"
-    calls = {c["id"] for b in bodies for m in b["messages"] if m.get("role") == "assistant"
-             for c in m.get("tool_calls") or () if c["function"]["name"] == tool}
-    results = [m for b in bodies for m in b["messages"] if m.get("role") == "tool" and m.get("tool_call_id") in calls]
-    assert results, f"no chat request carried the result of a {tool} call"
+    assert any(answers_call(b["messages"], tool) for b in bodies), f"no request carried a {tool} call and its result"
+
+
+def answers_call(messages: list[dict[str, Any]], tool: str) -> bool:
+    """The history holds the assistant's call of `tool` and, after it, the tool message answering it: a
+    conversation a chat upstream accepts (over the WebSocket, Codex sends only the result and the
+    gateway must put the call back from the connection's memory)."""
+    calls = set()
+    for m in messages:
+        if m.get("role") == "assistant":
+            calls |= {c["id"] for c in m.get("tool_calls") or () if c["function"]["name"] == tool}
+        elif m.get("role") == "tool" and m.get("tool_call_id") in calls:
+            return True
+    return False
 
 
 @pytest.fixture(scope="session")
