@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gateway.simulator.testing import SimProcess
 from tests.agents.conftest import (
     ANSWER,
@@ -22,6 +24,9 @@ from tests.agents.conftest import (
     report,
     run_agent,
 )
+
+# Above the suite's 120 s: the CLI's own bound (RUN_TIMEOUT_S), plus starting the gateway on a busy machine.
+pytestmark = pytest.mark.timeout(300)
 
 
 def claude_env(gw: KeyedGateway, home: Path) -> dict[str, str]:
