@@ -47,6 +47,7 @@ request_max_retries = 0
 stream_max_retries = 0
 """
 FELL_BACK = "Falling back from WebSockets"
+OVER_WEBSOCKET = '"transport":"websocket"'  # in the access log line of a response served on a WebSocket
 
 
 def run_codex(gw: KeyedGateway, tmp_path: Path, websockets: bool) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -72,9 +73,12 @@ def test_codex_over_http_completes_a_tool_loop(agent_gateway: KeyedGateway, sim:
 
 def test_codex_over_websocket_completes_a_tool_loop(agent_gateway: KeyedGateway, sim: SimProcess,
                                                     tmp_path: Path) -> None:
+    served_before = agent_gateway.logs().count(OVER_WEBSOCKET)
     done, work = run_codex(agent_gateway, tmp_path, websockets=True)
     assert done.returncode == 0, report(done, agent_gateway)
     assert FELL_BACK not in done.stdout + done.stderr, report(done, agent_gateway)  # it stayed on the socket
+    # And the gateway says so: the tool call's response (logged before Codex sent the result) went out on it.
+    assert agent_gateway.logs().count(OVER_WEBSOCKET) > served_before, report(done, agent_gateway)
     assert (work / "result.txt").read_text() == "agent-ok\n", report(done, agent_gateway)
     assert ANSWER in done.stdout, report(done, agent_gateway)
     assert_tool_loop(sim, "exec_command")
