@@ -28,6 +28,7 @@ from gateway.simulator.content import (
     token_ids,
 )
 from gateway.simulator.payloads import error_body
+from gateway.simulator.script import scripted_answer
 from gateway.simulator.structured import Structured, prompt_messages, structured_answer
 
 MAX_COMPLETION_TOKENS = 131_072  # a larger max_tokens is refused, as real hosts do
@@ -169,7 +170,11 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat")
         n_answer, n_reasoning = (profile.output_tokens if limit is None else limit), 0
     k = count_prefix_tokens(prefix_text) if prefix_text else 0
     digest = messages_digest(base)
-    structured = structured_answer(body, messages, digest) if kind == "chat" and not k else None
+    structured = None
+    if kind == "chat" and not k:
+        script = profile.script
+        structured = structured_answer(body, messages, digest) if script is None else \
+            scripted_answer(script, body, messages, digest)
     if structured is not None:  # the whole tool call or JSON document, whatever the limit
         n_reasoning, n_answer = 0, 0
         finish = "tool_calls" if structured.kind == "tool_call" else "stop"
