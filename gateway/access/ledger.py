@@ -147,9 +147,10 @@ class Ledger:
             except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
 
-    async def sync(self) -> None:
-        """Add pending counts to Redis and read back every replica's totals (two round trips)."""
-        now = time.time()
+    async def sync(self, now: float | None = None) -> None:
+        """Add pending counts to Redis and read back every replica's totals (two round trips).
+        `now`: the clock's time (a test's own clock)."""
+        now = time.time() if now is None else now
         self._forget_old(now)
         if self._redis is None:
             await self._save_spend_file()

@@ -5,6 +5,7 @@ the ledger used before, which admitted up to ~1.5 N around a minute's boundary."
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,3 +103,35 @@ def test_retry_after_is_when_the_oldest_second_leaves() -> None:
     assert counts.count(START + 1000) == 0  # the ring turned past everything
     counts.add(START + 900, 1)  # out of the window already: ignored
     assert counts.count(START + 1000) == 0
+
+
+async def test_two_replicas_sharing_through_redis_hold_the_limit(redis_url: str, tmp_path: Path) -> None:
+    """Two replicas (ledgers sharing one Redis) taking turns, syncing between requests: in any 60 s,
+    at most N admitted between them."""
+    import uuid
+
+    prefix = f"sl-{uuid.uuid4().hex[:8]}"
+    key, _ = new_key(KeySpec(name="a", rpm=LIMIT))
+    ledgers = [Ledger(redis_url, prefix), Ledger(redis_url, prefix)]
+    gates = [Access(None, ledger, two_models(tmp_path)) for ledger in ledgers]
+    rng = random.Random(7)
+    start = time.time()  # near the real time: Redis expires the buckets in real time
+    t, ok = start, []
+    try:
+        while t < start + 150:
+            t += rng.expovariate(1.0)
+            replica = rng.randrange(2)
+            try:
+                gates[replica].admit(key, t)
+                ok.append(t)
+            except RateLimited:
+                pass
+            # Requests further apart than a sync interval: by the next one, each replica has added
+            # its counts to Redis and read back the other's (two rounds: one writes, the next reads).
+            for ledger in (*ledgers, *ledgers):
+                await ledger.sync(t)
+    finally:
+        for ledger in ledgers:
+            await ledger.stop()
+    assert worst_window(ok) <= LIMIT
+    assert len(ok) >= 2 * LIMIT
