@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -108,12 +108,15 @@ class AccessLog:
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
                failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False,
-               api: str = "chat", dropped: tuple[str, ...] = ()) -> None:
+               api: str = "chat", earlier: Sequence[tuple[str, AttemptSample]] = (),
+               dropped: tuple[str, ...] = ()) -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
         `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
         upstream sent no usage, so the tokens are the gateway's estimate; `api`: the client API it came
-        in by (chat, responses, messages, completions, embeddings); `dropped`: the client API fields the
-        endpoint did not get (`x-ultraroute-dropped`)."""
+        in by (chat, responses, messages, completions, embeddings); `earlier`: attempts (endpoint id,
+        sample) whose streams broke before this one continued the answer. `tokens` and `cost_usd` are
+        the whole request's (what the key was charged); with `earlier`, `attempt_costs` lists each
+        attempt's; `dropped`: the client API fields the endpoint did not get (`x-ultraroute-dropped`)."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -121,6 +124,7 @@ class AccessLog:
         endpoint = served.stream.endpoint
         at = time.time()
         hops = [(hop.endpoint_id, hop.reason) for hop in (*served.skips, *served.attempts)]
+        charged = (*earlier, (endpoint.id, sample))
         self._emit(lambda: {
             "ts": _timestamp(at),
             "request_id": request_id,
@@ -138,11 +142,12 @@ class AccessLog:
             "ttfat_ms": _ms(sample.ttfat_s),
             "duration_ms": _ms(sample.e2e_s),
             "decode_tps": None if sample.decode_tps is None else round(sample.decode_tps, 1),
-            "tokens": {"input": sample.input_tokens, "cached_input": sample.cached_input_tokens,
-                       "output": sample.output_tokens, "reasoning": sample.reasoning_tokens},
-            "cost_usd": round(sample.cost_usd, 8),
-            "usage_estimated": usage_estimated,
+            "tokens": _tokens([s for _, s in charged]),
+            "cost_usd": round(sum(s.cost_usd for _, s in charged), 8),
+            "usage_estimated": usage_estimated or bool(earlier),
             "dropped": list(dropped),
+            **({"attempt_costs": [{"endpoint": endpoint_id, "tokens": _tokens([s]), "cost_usd": round(s.cost_usd, 8)}
+                                  for endpoint_id, s in charged]} if earlier else {}),
         })
 
     def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat") -> None:
@@ -194,6 +199,11 @@ class AccessLog:
 
 def _line(entry: Entry) -> str:
     return orjson.dumps(entry()).decode()
+
+
+def _tokens(samples: Sequence[AttemptSample]) -> dict[str, int]:
+    return {"input": sum(s.input_tokens for s in samples), "cached_input": sum(s.cached_input_tokens for s in samples),
+            "output": sum(s.output_tokens for s in samples), "reasoning": sum(s.reasoning_tokens for s in samples)}
 
 
 def _timestamp(at: float) -> str:

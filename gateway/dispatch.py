@@ -253,16 +253,23 @@ class Dispatcher:
                     await won[0].aclose()
                     self.recorder.record(won[0].endpoint, won[0].meter, Outcome.CANCELLED, 200, won[1], won[2])
 
-    async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str) -> Served:
+    async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str,
+                     max_tokens: int | None = None) -> Served:
         """Continue an answer that broke after `text` on the next candidate that accepts a trailing
-        assistant message as a prefix. One that does not is never sent the prefix: its 400 would hide
-        the real failure. Raises if none can."""
+        assistant message as a prefix, asked for `max_tokens` more at most (what is left of the
+        request's: a host counts a continuation's limit in new tokens). One that does not accept a
+        prefix is never sent it: its 400 would hide the real failure. Raises if none can."""
         candidates = tuple(c for c in plan.candidates if c.endpoint is not broken
                            and "assistant_prefix" in c.endpoint.capabilities)
         if not candidates:
             raise UpstreamError("the stream broke and no endpoint can continue it", status=502)
         messages = [*request.body["messages"], {"role": "assistant", "content": text, "prefix": True}]
-        continued = replace(request, body={**request.body, "messages": messages})
+        body = {**request.body, "messages": messages}
+        if max_tokens is not None:
+            for name in ("max_tokens", "max_completion_tokens"):
+                if body.get(name) is not None:
+                    body[name] = max_tokens
+        continued = replace(request, body=body)
         return await self.dispatch(continued, replace(plan, candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
@@ -279,7 +286,8 @@ class Dispatcher:
                     raise CapacityFull()
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
-                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
+                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request),
+                              tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint))
                 try:
                     stream = await open_attempt(self.upstreams, endpoint, body, meter, budget_s,
                                          self.limits.stall_timeout_s, self.lag, request.upstream, request.stream)

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -34,16 +35,16 @@ from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.chat import ChatApi
 from gateway.attempt import dropped_for, outcome_of
-from gateway.context import ChatRequest, RequestContext
+from gateway.context import Attempt, ChatRequest, RequestContext
 from gateway.dispatch import Served
 from gateway.errors import GatewayError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import header_map, read_body
-from gateway.relay import ChunkBatches, collect, sse_body
+from gateway.relay import ChunkBatches, Ended, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
-from gateway.telemetry.sample import Outcome
+from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstream_stream import UpstreamStream
 
 CHAT = ChatApi()
@@ -72,16 +73,20 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
 
 
 def finish(services: Services, ctx: RequestContext, served: Served, failure: GatewayError | None,
-           cancelled: bool, final: bool = True) -> None:
+           cancelled: bool, final: bool = True, earlier: Sequence[tuple[str, AttemptSample]] = (),
+           broke: GatewayError | None = None) -> AttemptSample:
     """Stage 6 for the attempt that served (and its access log line); failed attempts were recorded
-    as they failed. The client's key is charged the tokens and cost of what it was served."""
+    as they failed. The client's key is charged the tokens and cost of what it was served. `earlier`:
+    the attempts whose streams broke before this one continued them (recorded and charged then: the
+    log line names them and their costs); `broke`: this attempt's stream broke, but the answer was
+    whole (nothing left of max_tokens), so the request ended well."""
     stream = served.stream
     if cancelled:
         outcome, status = Outcome.CANCELLED, 200
     elif failure is not None:
         outcome, status = outcome_of(failure), failure.status
     else:
-        outcome, status = Outcome.OK, 200
+        outcome, status = (Outcome.OK if broke is None else outcome_of(broke)), 200
     session_key = ctx.plan.session_key if ctx.plan else None
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
@@ -89,44 +94,71 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
                                    ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
-                                   ctx.request.api, dropped_for(ctx.request, stream.endpoint))
+                                   ctx.request.api, earlier, dropped_for(ctx.request, stream.endpoint))
         services.metrics.client_request(ctx.request.api, status)
+    return sample
+
+
+def completion_limit(body: Mapping[str, Any]) -> int | None:
+    """The request's `max_tokens` (or `max_completion_tokens`; the smaller when both are set)."""
+    limits = [v for v in (body.get("max_tokens"), body.get("max_completion_tokens")) if isinstance(v, int)]
+    return min(limits) if limits else None
 
 
 class Serving:
     """The attempt serving a request now. A stream that breaks mid-way may be continued on another
-    endpoint (`resume`); then the broken attempt is recorded as failed and the new one takes over."""
+    endpoint (`resume`), asked for what is left of `max_tokens`; then the broken attempt is recorded
+    as failed and charged, and the new one takes over. The path (`earlier`, and the served attempt's
+    `attempts`) shows in the access log line and, for a JSON answer, in the response headers."""
 
     def __init__(self, services: Services, ctx: RequestContext, served: Served) -> None:
         self.services = services
         self.ctx = ctx
         self.served = served
         self.recorded = False
+        self.earlier: list[tuple[str, AttemptSample]] = []  # broken attempts (endpoint id, sample) continued since
+        self.broke: GatewayError | None = None  # the serving stream broke when the answer was whole
 
-    async def resume(self, broken: UpstreamStream, text: str) -> UpstreamStream | None:
+    async def resume(self, broken: UpstreamStream, text: str, delivered: int) -> UpstreamStream | Ended | None:
+        """Continue after `text` (`delivered` tokens so far, of every stream), or end the answer when
+        nothing is left of max_tokens; None when it cannot be continued (the request ends in error)."""
         assert self.ctx.plan is not None
         # Continuing after a prefix is a chat-completions feature; a legacy completion cannot.
         if not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat":
             return None
         await broken.aclose()
+        limit = completion_limit(self.ctx.request.body)
+        left = None if limit is None else limit - delivered
+        if left is not None and left <= 0:
+            # The client has every token it asked for: no continuation could add one.
+            self.broke, broken.failure = broken.failure, None
+            return Ended("length")
         try:
             following = await self.services.dispatcher.resume(self.ctx.request, self.ctx.plan,
-                                                              broken.endpoint, text)
+                                                              broken.endpoint, text, left)
         except GatewayError:
             return None  # the broken attempt ends the request; the final close records and logs it
-        await self.close(broken.failure, cancelled=False, final=False)
-        self.served = following
+        failure = broken.failure
+        assert failure is not None
+        endpoint = broken.endpoint
+        sample = await self.close(failure, cancelled=False, final=False)
+        assert sample is not None
+        self.earlier.append((endpoint.id, sample))
+        hop = Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome_of(failure), failure.status,
+                      failure.metric_label, time.perf_counter() - broken.meter.t_sent)
+        self.served = replace(following, attempts=(*self.served.attempts, hop, *following.attempts),
+                              skips=(*self.served.skips, *following.skips))
         self.recorded = False
         return following.stream
 
-    async def close(self, failure: GatewayError | None, cancelled: bool, final: bool = True) -> None:
+    async def close(self, failure: GatewayError | None, cancelled: bool, final: bool = True) -> AttemptSample | None:
         """Stage 6 for the serving attempt, once. Closing the response drops the upstream connection,
         so the provider stops generating when the client has gone."""
         if self.recorded:
-            return
+            return None
         self.recorded = True
         await self.served.stream.aclose()
-        finish(self.services, self.ctx, self.served, failure, cancelled, final)
+        return finish(self.services, self.ctx, self.served, failure, cancelled, final, self.earlier, self.broke)
 
 
 async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterator[bytes]:
@@ -258,6 +290,8 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
         if metadata is not None:
             completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}
         api.after(ctx, completion, serving.services)
+        if serving.earlier:  # continued after a break: the headers name the path it took
+            headers = {**headers, **served_headers(ctx, serving.served)}
         return JsonAnswer(orjson.dumps(completion), headers, serving)
     except BaseException as exc:  # a failure, the client gone (cancelled), or a bug: closed as such
         await serving.close(exc if isinstance(exc, GatewayError) else None,
