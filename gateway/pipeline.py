@@ -180,7 +180,8 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
     try:
         yield renderer.start()
         try:
-            async for events in ChunkBatches(serving.served.stream, serving.resume):
+            batches = ChunkBatches(serving.served.stream, serving.resume)
+            async for events in batches:
                 out = renderer.feed([chunk for _, chunk in events])
                 if out:
                     yield out
@@ -190,7 +191,7 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
             return
         meter = serving.served.stream.meter
         if meter.usage_estimated:  # the upstream sent none: the renderer's terminal event carries the estimate
-            renderer.feed([{"choices": [], "usage": meter.usage}])
+            renderer.feed([{"choices": [], "usage": batches.client_usage(meter.usage)}])
         yield renderer.finish()
         cancelled = False
     finally:
