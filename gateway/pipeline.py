@@ -142,6 +142,14 @@ async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterato
         await serving.close(serving.served.stream.failure, cancelled)
 
 
+def estimated_usage(stream: UpstreamStream) -> list[dict[str, Any]]:
+    """The usage chunk the upstream did not send, for a stream renderer: the estimate the key is
+    charged (`Meter.settle_usage`), so that every API's last event carries the usage billed, as chat's
+    relay does. Nothing when the upstream sent its own usage."""
+    stream.meter.settle_usage()  # at the end already; a broken stream is settled here, before its last event
+    return [{"choices": [], "usage": stream.meter.usage}] if stream.meter.usage_estimated else []
+
+
 async def _render_stream(serving: Serving, renderer: StreamRenderer, api: ClientApi) -> AsyncIterator[bytes]:
     """A client API's own stream events (Responses, Messages) from the upstream's chunks."""
     cancelled = True
@@ -153,9 +161,11 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
                 if out:
                     yield out
         except GatewayError as err:
+            renderer.feed(estimated_usage(serving.served.stream))
             yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
             cancelled = False
             return
+        renderer.feed(estimated_usage(serving.served.stream))
         yield renderer.finish()
         cancelled = False
     finally:
