@@ -138,6 +138,8 @@ def codex_request(name: str) -> tuple[dict[str, Any], dict[str, str]]:
 def test_a_codex_request_is_served_and_what_was_dropped_is_named(api_gateway: KeyedGateway,
                                                                  api_sim: SimProcess) -> None:
     body, headers = codex_request("codex_responses_http.json")
+    # and headers other Codex versions send: only x-ultraroute-* headers are held to a list
+    headers |= {"OpenAI-Beta": "responses=experimental", "version": "0.169.0", "conversation_id": "c-1"}
     c = client(api_gateway)
     raw = c.post("/responses", body={**body, **FAST}, cast_to=httpx.Response, options={"headers": headers})
     assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
