@@ -4,6 +4,7 @@ the simulator; what the upstream received is read back from the simulator."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,19 @@ def test_a_codex_request_is_served_and_what_was_dropped_is_named(api_gateway: Ke
         "multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent"]
     assert [m["role"] for m in sent["messages"]] == ["system", "system", "user", "user"]
     assert not {"include", "client_metadata", "reasoning", "store"} & set(sent)
+    assert access_line(api_gateway, raw.headers["x-request-id"])["dropped"] == ["tools.web_search", "reasoning.summary"]
+
+
+def access_line(gw: KeyedGateway, request_id: str) -> dict[str, Any]:
+    """The access-log line of a request: written off the request path, so waited for (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(line) for line in gw.logs().splitlines() if line.startswith('{"ts"')]
+        found = [line for line in lines if line.get("request_id") == request_id]
+        if found or time.monotonic() > deadline:
+            assert found, f"no access-log line for {request_id}"
+            return found[0]  # type: ignore[no-any-return]
+        time.sleep(0.05)
 
 
 def test_a_namespaced_tool_call_round_trip(api_gateway: KeyedGateway, api_sim: SimProcess) -> None:
