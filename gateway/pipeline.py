@@ -67,8 +67,28 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
     dropped = dropped_for(ctx.request, endpoint)
     if dropped:
-        headers["x-ultraroute-dropped"] = ", ".join(dropped)
+        headers["x-ultraroute-dropped"] = dropped_header(dropped)
     return headers
+
+
+# Clients read response headers under a size cap (h11's is 16 KiB for the whole head); the access log
+# has the full list.
+MAX_DROPPED_HEADER = 1024
+
+
+def dropped_header(names: tuple[str, ...]) -> str:
+    """`x-ultraroute-dropped`: the names as printable ASCII (a field name is the client's own JSON key,
+    any text: escaped, so it can neither break the header nor add one), within MAX_DROPPED_HEADER."""
+    shown: list[str] = []
+    size = 0
+    for i, name in enumerate(names):
+        safe = name if name.isascii() and name.isprintable() else name.encode("unicode_escape").decode("ascii")
+        size += len(safe) + 2
+        if size > MAX_DROPPED_HEADER:
+            shown.append(f"... ({len(names) - i} more)")
+            break
+        shown.append(safe)
+    return ", ".join(shown)
 
 
 def finish(services: Services, ctx: RequestContext, served: Served, failure: GatewayError | None,

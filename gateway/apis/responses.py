@@ -81,7 +81,10 @@ def _response_format(text: Any, dropped: list[str]) -> dict[str, Any] | None:
             raise _bad("'text.format' of type json_schema needs a string name and an object schema.", "text.format")
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
         return {"type": "json_schema", "json_schema": schema}
-    raise _bad("'text.format.type' must be text, json_object or json_schema.", "text.format")
+    if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):  # a format not known yet: plain text
+        dropped.append(f"text.format.{fmt['type'][:64]}")
+        return None
+    raise _bad("'text.format' must be an object with a string 'type'.", "text.format")
 
 
 def _number(body: Mapping[str, Any], name: str) -> float | None:

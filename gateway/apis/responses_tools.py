@@ -5,7 +5,8 @@
                         `<namespace>__<name>` (Codex's own flat form), made chat-legal: [a-zA-Z0-9_-],
                         at most 64 characters
     custom              (a freeform tool: its input is text, not JSON) -> a function tool taking one
-                        string, `input`; a call is rendered back as a `custom_tool_call`
+                        string, `input`; a call is rendered back as a `custom_tool_call`; a grammar
+                        `format` is dropped and named (`tools.custom.format`)
     anything else       built-in tools (web_search, file_search, code_interpreter, computer_use_preview,
                         image_generation, local_shell, mcp, ...) and types not known yet: only OpenAI's
                         own servers run them, so they are dropped for chat upstreams and named
@@ -61,7 +62,7 @@ def _bad(message: str, param: str) -> InvalidRequest:
 
 
 def _function(tool: dict[str, Any], where: str, namespace: str | None,
-              names: dict[str, ToolName]) -> dict[str, Any]:
+              names: dict[str, ToolName], dropped: list[str]) -> dict[str, Any]:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise _bad(f"'{where}.name' must be a non-empty string.", f"{where}.name")
@@ -72,6 +73,9 @@ def _function(tool: dict[str, Any], where: str, namespace: str | None,
     custom = tool.get("type") == "custom"
     if custom:
         function["parameters"] = _CUSTOM_PARAMETERS
+        fmt = tool.get("format")
+        if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):  # a grammar: chat tools take none
+            _drop(dropped, "tools.custom.format")
     else:
         function.update({k: tool[k] for k in ("parameters", "strict") if tool.get(k) is not None})
     if custom or flat != name:
@@ -102,7 +106,7 @@ def chat_tools(value: Any) -> Tools:
             raise _bad(f"'{where}' must be an object with a string 'type'.", where)
         kind = tool["type"]
         if kind in ("function", "custom"):
-            chat.append(_function(tool, where, None, names))
+            chat.append(_function(tool, where, None, names, dropped))
         elif kind == "namespace":
             namespace, members = tool.get("name"), tool.get("tools")
             if not isinstance(namespace, str) or not namespace or not isinstance(members, list):
@@ -111,7 +115,7 @@ def chat_tools(value: Any) -> Tools:
                 inner = f"{where}.tools[{j}]"
                 if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
                     raise _bad(f"'{inner}' must be a function or custom tool.", inner)
-                chat.append(_function(member, inner, namespace, names))
+                chat.append(_function(member, inner, namespace, names, dropped))
         else:
             _drop(dropped, f"tools.{kind[:64]}")
     return Tools(chat, names, dropped)

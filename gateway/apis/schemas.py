@@ -48,7 +48,8 @@ _ITEM = {"oneOf": [
 ]}
 _FORMAT = {"oneOf": [_obj(["type"], type={"type": "string", "enum": ["text", "json_object"]}),
                      _obj(["type", "name", "schema"], type=_const("json_schema"), name=STRING,
-                          schema={"type": "object"})]}
+                          schema={"type": "object"}),
+                     _other(["text", "json_object", "json_schema"])]}
 _FUNCTION_TOOL = _obj(["type", "name"], type={"type": "string", "enum": ["function", "custom"]},
                       name={"type": "string", "minLength": 1})
 _TOOL = {"oneOf": [

@@ -43,12 +43,12 @@ def test_options_are_translated_and_routing_fields_kept() -> None:
 
 def test_fields_with_no_chat_equivalent_are_dropped_and_named_not_refused() -> None:
     t = translate({"model": "m", "input": "Hi", "reasoning": {"effort": "high", "summary": "auto"},
-                   "text": {"format": {"type": "text"}, "verbosity": "low"}, "truncation": "auto",
+                   "text": {"format": {"type": "grammar_from_next_year"}, "verbosity": "low"}, "truncation": "auto",
                    "top_logprobs": 2, "a_field_from_next_month": {"x": 1}, "background": False,
                    "include": ["reasoning.encrypted_content"], "client_metadata": {"k": "v"},
                    "stream_options": {"include_obfuscation": False}, "truncation_ok": None})
     assert t.dropped == ("truncation", "top_logprobs", "a_field_from_next_month", "reasoning.summary",
-                         "text.verbosity")
+                         "text.verbosity", "text.format.grammar_from_next_year")
     assert t.chat["reasoning_effort"] == "high" and "a_field_from_next_month" not in t.chat
 
 
@@ -62,6 +62,7 @@ def test_fields_with_no_chat_equivalent_are_dropped_and_named_not_refused() -> N
     ({"model": "m", "input": "x", "reasoning": {"effort": 3}}, "reasoning.effort"),
     ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "m", "input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format"),
+    ({"model": "m", "input": "x", "text": {"format": {"name": "x"}}}, "text.format"),
     ({"model": "m", "input": "x", "background": True}, "background"),
     ({"model": "m", "input": [{"role": {}, "content": "x"}]}, "input[0].role"),
     ({"model": "m", "input": "x", "previous_response_id": 7}, "previous_response_id"),

@@ -35,6 +35,7 @@ def test_a_custom_tool_is_a_function_of_one_string() -> None:
     [tool] = tools.chat
     assert tool["function"]["parameters"]["properties"] == {"input": {"type": "string"}}
     assert client_name("apply_patch", tools.names) == ToolName("apply_patch", custom=True)
+    assert tools.dropped == ["tools.custom.format"]  # the grammar: a chat function takes none
 
 
 def test_chat_names_are_legal_distinct_and_stable() -> None:
