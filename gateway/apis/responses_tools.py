@@ -90,6 +90,7 @@ class Tools:
     chat: list[dict[str, Any]]
     names: dict[str, ToolName]  # only the tools whose chat name differs from what the client sees
     dropped: list[str]  # `tools.<type>`, once each
+    callable: bool = False  # a function, custom or namespace tool was offered (an empty namespace too)
 
 
 def chat_tools(value: Any) -> Tools:
@@ -118,7 +119,8 @@ def chat_tools(value: Any) -> Tools:
                 chat.append(_function(member, inner, namespace, names, dropped))
         else:
             _drop(dropped, f"tools.{kind[:64]}")
-    return Tools(chat, names, dropped)
+    callable_ = any(tool["type"] in ("function", "custom", "namespace") for tool in value)
+    return Tools(chat, names, dropped, callable_)
 
 
 def _drop(dropped: list[str], name: str) -> None:
@@ -128,7 +130,7 @@ def _drop(dropped: list[str], name: str) -> None:
 
 def chat_tool_choice(value: Any, tools: Tools) -> tuple[Any, list[dict[str, Any]]]:
     """The chat `tool_choice`, and the chat tools it leaves the model (`allowed_tools` narrows them)."""
-    if value == "required" and not tools.chat and tools.dropped:
+    if value == "required" and not tools.callable and tools.dropped:
         raise _bad(f"'tool_choice' required forces {', '.join(tools.dropped)}, which this gateway drops for "
                    "chat upstreams.", "tool_choice")
     if value is None or value in ("auto", "none", "required"):

@@ -52,6 +52,7 @@ _FORMAT = {"oneOf": [_obj(["type"], type={"type": "string", "enum": ["text", "js
                      _other(["text", "json_object", "json_schema"])]}
 _FUNCTION_TOOL = _obj(["type", "name"], type={"type": "string", "enum": ["function", "custom"]},
                       name={"type": "string", "minLength": 1})
+_CALLABLE = ["function", "custom", "namespace"]  # the tool types a chat model can call
 _TOOL = {"oneOf": [
     _FUNCTION_TOOL,
     _obj(["type", "name", "tools"], type=_const("namespace"), name={"type": "string", "minLength": 1},
@@ -80,6 +81,11 @@ RESPONSES_REQUEST: dict[str, Any] = {
         "metadata": {"type": ["object", "null"]},
         "reasoning": {"type": ["object", "null"], "properties": {"effort": {"type": ["string", "null"]}}},
     },
+    # `tool_choice: required` forces a tool: not when every tool offered is one the gateway drops.
+    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"const": "required"}}},
+    "then": {"properties": {"tools": {"anyOf": [
+        {"type": "null"}, {"type": "array", "maxItems": 0},
+        {"type": "array", "contains": _obj(["type"], type={"type": "string", "enum": _CALLABLE})}]}}},
 }
 
 # -- Messages ---------------------------------------------------------------------------------
