@@ -37,7 +37,7 @@ def dropped_for(request: ChatRequest, endpoint: Endpoint) -> tuple[str, ...]:
     if not request.capability_fields:
         return request.dropped
     lacking = tuple(name for _, capability, name in request.capability_fields
-                    if capability not in endpoint.capabilities)
+                    if capability not in endpoint.capabilities and name not in request.dropped)
     return request.dropped + lacking
 
 

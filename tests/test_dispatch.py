@@ -292,6 +292,8 @@ def test_a_message_field_kept_for_a_capability_is_removed_from_every_message(cat
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
     assert turns[1]["reasoning_content"] == "hmm"  # the request's own body is kept for the next endpoint
     assert dropped_for(asked, plain) == ("input.reasoning",)
+    also = replace(asked, dropped=("input.reasoning",))  # an item with nothing readable was dropped as well
+    assert dropped_for(also, plain) == ("input.reasoning",)
 
 
 def test_an_endpoint_without_stream_usage_is_not_asked_for_it(catalogue: Catalogue) -> None:
