@@ -37,15 +37,26 @@ def dropped_for(request: ChatRequest, endpoint: Endpoint) -> tuple[str, ...]:
     if not request.capability_fields:
         return request.dropped
     lacking = tuple(name for _, capability, name in request.capability_fields
-                    if capability not in endpoint.capabilities)
+                    if capability not in endpoint.capabilities and name not in request.dropped)
     return request.dropped + lacking
+
+
+def _remove(body: dict[str, Any], key: str) -> None:
+    """Remove a body field, or, as `messages.<field>`, that field of every message (e.g. the
+    `reasoning_content` of earlier assistant turns). The messages are copied: the request's own body
+    stays whole for the next endpoint."""
+    if key.startswith("messages."):
+        name = key.removeprefix("messages.")
+        body["messages"] = [{k: v for k, v in m.items() if k != name} if name in m else m for m in body["messages"]]
+    else:
+        body.pop(key, None)
 
 
 def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
     body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
     for key, capability, _ in request.capability_fields:
         if capability not in endpoint.capabilities:
-            body.pop(key, None)
+            _remove(body, key)
     body["model"] = endpoint.upstream_model
     if request.upstream == "embeddings":
         return orjson.dumps(body)  # one JSON answer: only its latency is measured

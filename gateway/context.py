@@ -51,7 +51,8 @@ class ChatRequest:
     # and the access log (README, "Client API fields"), e.g. ("tools.web_search", "context_management").
     dropped: tuple[str, ...] = ()
     # Body fields forwarded only to endpoints with a capability, else removed and named as the client
-    # called them: (body key, capability, client field), e.g. ("reasoning_effort", "reasoning", "thinking").
+    # called them: (body key, capability, client field), e.g. ("reasoning_effort", "reasoning", "thinking");
+    # a key `messages.<field>` is that field of every message (`reasoning_content` of earlier turns).
     capability_fields: tuple[tuple[str, str, str], ...] = ()
 
 

@@ -68,8 +68,28 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
     dropped = dropped_for(ctx.request, endpoint)
     if dropped:
-        headers["x-ultraroute-dropped"] = ", ".join(dropped)
+        headers["x-ultraroute-dropped"] = dropped_header(dropped)
     return headers
+
+
+# Clients read response headers under a size cap (h11's is 16 KiB for the whole head); the access log
+# has the full list.
+MAX_DROPPED_HEADER = 1024
+
+
+def dropped_header(names: tuple[str, ...]) -> str:
+    """`x-ultraroute-dropped`: the names as printable ASCII (a field name is the client's own JSON key,
+    any text: escaped, so it can neither break the header nor add one), within MAX_DROPPED_HEADER."""
+    shown: list[str] = []
+    size = 0
+    for i, name in enumerate(names):
+        safe = name if name.isascii() and name.isprintable() else name.encode("unicode_escape").decode("ascii")
+        size += len(safe) + 2
+        if size > MAX_DROPPED_HEADER:
+            shown.append(f"... ({len(names) - i} more)")
+            break
+        shown.append(safe)
+    return ", ".join(shown)
 
 
 def finish(services: Services, ctx: RequestContext, served: Served, failure: GatewayError | None,
@@ -174,24 +194,34 @@ async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterato
         await serving.close(serving.served.stream.failure, cancelled)
 
 
+def estimated_usage(stream: UpstreamStream, batches: ChunkBatches) -> list[dict[str, Any]]:
+    """The usage chunk the upstream did not send, for a stream renderer: the estimate the key is
+    charged (`Meter.settle_usage`), so that every API's last event carries the usage billed, as chat's
+    relay does; after a mid-stream continuation, of every stream the client received. Nothing when the
+    upstream sent its own usage."""
+    stream.meter.settle_usage()  # at the end already; a broken stream is settled here, before its last event
+    if not stream.meter.usage_estimated:
+        return []
+    return [{"choices": [], "usage": batches.client_usage(stream.meter.usage)}]
+
+
 async def _render_stream(serving: Serving, renderer: StreamRenderer, api: ClientApi) -> AsyncIterator[bytes]:
     """A client API's own stream events (Responses, Messages) from the upstream's chunks."""
     cancelled = True
     try:
         yield renderer.start()
+        batches = ChunkBatches(serving.served.stream, serving.resume)
         try:
-            batches = ChunkBatches(serving.served.stream, serving.resume)
             async for events in batches:
                 out = renderer.feed([chunk for _, chunk in events])
                 if out:
                     yield out
         except GatewayError as err:
+            renderer.feed(estimated_usage(serving.served.stream, batches))
             yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
             cancelled = False
             return
-        meter = serving.served.stream.meter
-        if meter.usage_estimated:  # the upstream sent none: the renderer's terminal event carries the estimate
-            renderer.feed([{"choices": [], "usage": batches.client_usage(meter.usage)}])
+        renderer.feed(estimated_usage(serving.served.stream, batches))
         yield renderer.finish()
         cancelled = False
     finally:

@@ -281,6 +281,21 @@ def test_a_field_kept_for_a_capability_reaches_only_endpoints_that_have_it(catal
     assert dropped_for(asked, plain) == ("tools.web_search", "thinking")
 
 
+def test_a_message_field_kept_for_a_capability_is_removed_from_every_message(catalogue: Catalogue) -> None:
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes", "reasoning_content": "hmm"}]
+    asked = replace(request(), body={**request().body, "messages": turns},
+                    capability_fields=(("messages.reasoning_content", "reasoning", "input.reasoning"),))
+    reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
+    plain = replace(catalogue.models["m"][0], capabilities=frozenset())
+    assert orjson.loads(upstream_body(asked, reasons))["messages"][1]["reasoning_content"] == "hmm"
+    assert orjson.loads(upstream_body(asked, plain))["messages"] == [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
+    assert turns[1]["reasoning_content"] == "hmm"  # the request's own body is kept for the next endpoint
+    assert dropped_for(asked, plain) == ("input.reasoning",)
+    also = replace(asked, dropped=("input.reasoning",))  # an item with nothing readable was dropped as well
+    assert dropped_for(also, plain) == ("input.reasoning",)
+
+
 def test_an_endpoint_without_stream_usage_is_not_asked_for_it(catalogue: Catalogue) -> None:
     quiet = replace(catalogue.models["m"][1], stream_usage=False)
     assert "stream_options" not in orjson.loads(upstream_body(request(), quiet))

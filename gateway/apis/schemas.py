@@ -22,32 +22,54 @@ BOOLEAN = {"type": ["boolean", "null"]}
 STRING = {"type": "string"}
 
 # -- Responses --------------------------------------------------------------------------------
+def _other(known: list[str]) -> dict[str, Any]:
+    """An object of any other `type`: dropped and named by the parser (a type not known yet, too)."""
+    return _obj(["type"], type={"type": "string", "not": {"enum": known}})
+
+
 _TEXT_PART = _obj(["type", "text"], type={"type": "string", "enum": ["input_text", "output_text", "text"]},
                   text=STRING)
 _PART = {"oneOf": [_TEXT_PART, _obj(["type", "refusal"], type=_const("refusal"), refusal=STRING),
-                   _obj(["type", "image_url"], type=_const("input_image"), image_url=STRING)]}
+                   _obj(["type", "image_url"], type=_const("input_image"), image_url=STRING),
+                   _other(["input_text", "output_text", "text", "refusal", "input_image"])]}
 _CONTENT = {"anyOf": [STRING, {"type": "array", "items": _PART}]}
+_OUTPUT_ITEMS = ["function_call_output", "custom_tool_call_output"]
 _ITEM = {"oneOf": [
     _obj(["role", "content"], type=_const("message"),
          role={"type": "string", "enum": ["user", "system", "developer", "assistant"]}, content=_CONTENT),
     _obj(["type", "call_id", "name", "arguments"], type=_const("function_call"), call_id=STRING, name=STRING,
-         arguments=STRING),
-    _obj(["type", "call_id", "output"], type=_const("function_call_output"), call_id=STRING, output=_CONTENT),
+         arguments=STRING, namespace={"type": ["string", "null"]}),
+    _obj(["type", "call_id", "name", "input"], type=_const("custom_tool_call"), call_id=STRING, name=STRING,
+         input=STRING, namespace={"type": ["string", "null"]}),
+    _obj(["type", "call_id", "output"], type={"type": "string", "enum": _OUTPUT_ITEMS}, call_id=STRING,
+         output=_CONTENT),
     _obj(["type"], type=_const("reasoning")),
+    _other(["message", "function_call", "custom_tool_call", "reasoning", *_OUTPUT_ITEMS]),
 ]}
 _FORMAT = {"oneOf": [_obj(["type"], type={"type": "string", "enum": ["text", "json_object"]}),
                      _obj(["type", "name", "schema"], type=_const("json_schema"), name=STRING,
-                          schema={"type": "object"})]}
+                          schema={"type": "object"}),
+                     _other(["text", "json_object", "json_schema"])]}
+_FUNCTION_TOOL = _obj(["type", "name"], type={"type": "string", "enum": ["function", "custom"]},
+                      name={"type": "string", "minLength": 1})
+_CALLABLE = ["function", "custom", "namespace"]  # the tool types a chat model can call
+_TOOL = {"oneOf": [
+    _FUNCTION_TOOL,
+    _obj(["type", "name", "tools"], type=_const("namespace"), name={"type": "string", "minLength": 1},
+         tools={"type": "array", "items": _FUNCTION_TOOL}),
+    _other(["function", "custom", "namespace"]),  # built-in tools: dropped for chat upstreams, and named
+]}
 
 RESPONSES_REQUEST: dict[str, Any] = {
     "type": "object", "required": ["model", "input"],
     "description": "OpenAI's Responses request, translated to a chat completion. Other fields of OpenAI's API "
-                   "(built-in tools, conversation, background) are refused with a 400 naming them.",
+                   "are accepted: built-in tools, items and fields with no chat equivalent are dropped and named "
+                   "in `x-ultraroute-dropped`; `conversation`, `background: true` and `prompt` are refused.",
     "properties": {
         "model": {"type": "string", "minLength": 1},
         "input": {"anyOf": [STRING, {"type": "array", "minItems": 1, "items": _ITEM}]},
         "instructions": {"type": ["string", "null"]},
-        "tools": {"type": ["array", "null"], "items": _obj(["type", "name"], type=_const("function"), name=STRING)},
+        "tools": {"type": ["array", "null"], "items": _TOOL},
         "tool_choice": {"anyOf": [{"type": "string", "enum": ["auto", "none", "required"]},
                                   _obj(["type", "name"], type=_const("function"), name=STRING), {"type": "null"}]},
         "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
@@ -57,8 +79,13 @@ RESPONSES_REQUEST: dict[str, Any] = {
         "stream": BOOLEAN, "store": BOOLEAN, "parallel_tool_calls": BOOLEAN,
         "previous_response_id": {"type": ["string", "null"], "minLength": 1, "maxLength": 128},
         "metadata": {"type": ["object", "null"]},
-        "reasoning": {"type": ["object", "null"]},
+        "reasoning": {"type": ["object", "null"], "properties": {"effort": {"type": ["string", "null"]}}},
     },
+    # `tool_choice: required` forces a tool: not when every tool offered is one the gateway drops.
+    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"const": "required"}}},
+    "then": {"properties": {"tools": {"anyOf": [
+        {"type": "null"}, {"type": "array", "maxItems": 0},
+        {"type": "array", "contains": _obj(["type"], type={"type": "string", "enum": _CALLABLE})}]}}},
 }
 
 # -- Messages ---------------------------------------------------------------------------------
