@@ -109,14 +109,15 @@ class AccessLog:
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
                failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False,
                api: str = "chat", earlier: Sequence[tuple[str, AttemptSample]] = (),
-               dropped: tuple[str, ...] = ()) -> None:
+               dropped: tuple[str, ...] = (), transport: str = "http") -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
         `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
         upstream sent no usage, so the tokens are the gateway's estimate; `api`: the client API it came
         in by (chat, responses, messages, completions, embeddings); `earlier`: attempts (endpoint id,
         sample) whose streams broke before this one continued the answer. `tokens` and `cost_usd` are
         the whole request's (what the key was charged); with `earlier`, `attempt_costs` lists each
-        attempt's; `dropped`: the client API fields the endpoint did not get (`x-ultraroute-dropped`)."""
+        attempt's; `dropped`: the client API fields the endpoint did not get (`x-ultraroute-dropped`);
+        `transport`: "http", or "websocket" for a response on a Responses WebSocket (a line per response)."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -129,6 +130,7 @@ class AccessLog:
             "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
+            "transport": transport,
             "key": key_id,
             "model": endpoint.model,
             "endpoint": endpoint.id,
@@ -150,7 +152,8 @@ class AccessLog:
                                   for endpoint_id, s in charged]} if earlier else {}),
         })
 
-    def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat") -> None:
+    def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat",
+               transport: str = "http") -> None:
         """A request no endpoint served: rejected before routing, or every candidate failed. `model`:
         as the request named it, None when it was refused before its body was read."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
@@ -161,6 +164,7 @@ class AccessLog:
             "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
+            "transport": transport,
             "model": model,
             "endpoint": failures[-1][0] if failures else None,
             "attempts": len(failures),

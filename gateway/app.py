@@ -3,7 +3,8 @@
 Routes are thin: each client API's route (`gateway/apis/`: `/v1/chat/completions`, `/v1/responses`,
 `/v1/messages`, `/v1/completions`, `/v1/embeddings`) hands over to `pipeline.handle()` with its adapter,
 and errors on those routes are rendered in that API's shape (`/v1/messages/count_tokens` too,
-apis/count_tokens.py, which calls no upstream); the rest read the catalogue,
+apis/count_tokens.py, which calls no upstream); `GET /v1/responses` upgraded to a WebSocket is
+`apis/responses_ws.py`'s (many responses per connection); the rest read the catalogue,
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
 current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
@@ -39,11 +40,13 @@ from gateway.apis.adapter import ClientApi
 from gateway.apis.count_tokens import PATH as COUNT_PATH
 from gateway.apis.count_tokens import count_schema, count_tokens_router
 from gateway.apis.messages import MessagesApi
+from gateway.apis.responses_ws import responses_socket
+from gateway.apis.stored import RESPONSES
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json, history_json
-from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, Overloaded, UpstreamError, error_body
+from gateway.errors import GatewayError, InvalidRequest, Overloaded, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import MAX_MODEL_NAME
@@ -107,9 +110,11 @@ class RequestIdMiddleware:
 
 class GatewayApp(FastAPI):
     """FastAPI, with the hot routes answered first by plain ASGI handlers (`fast_routes`, by method
-    and exact path); every other request goes through FastAPI as usual."""
+    and exact path; `socket_routes`, WebSocket upgrades by path); every other request goes through
+    FastAPI as usual."""
 
     fast_routes: dict[tuple[str, str], ASGIApp]
+    socket_routes: dict[str, ASGIApp]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -117,6 +122,11 @@ class GatewayApp(FastAPI):
             if handler is not None:
                 scope["app"] = self
                 await handler(scope, receive, send)
+                return
+        elif scope["type"] == "websocket":
+            socket = self.socket_routes.get(scope["path"])
+            if socket is not None:
+                await socket(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -166,10 +176,7 @@ def completion_failed(services: Services, request_id: str, err: GatewayError, ap
     """A client API request that ends in an error: its access-log line (naming the model asked for,
     once the body was parsed), the request and rejection metrics (upstream failures are counted per
     attempt), and the error response in the API's shape."""
-    services.access_log.failed(request_id, err, model, api.name)
-    services.metrics.client_request(api.name, err.status)
-    if not isinstance(err, UpstreamError | AllCandidatesFailed):
-        services.metrics.rejected(err.metric_label, api.name)
+    pipeline.count_failure(services, request_id, err, api.name, model)
     return render_error(err, api)
 
 
@@ -317,6 +324,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         return handler
 
     app.fast_routes = {("POST", api.path): admission.guard(fast_route(api)) for api in CLIENT_APIS}
+    # The Responses WebSocket (apis/responses_ws.py): each response on it is admitted, drained, routed
+    # and recorded as a POST would be.
+    app.socket_routes = {RESPONSES.path: responses_socket(RESPONSES, app.state, drain, admission)}
 
     @app.post("/v1/route", openapi_extra=api_openapi(CHAT, config),
               responses=error_responses(400, 401, 403, 404, 413, 503))

@@ -138,3 +138,4 @@ class RequestContext:
     limit_headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-* for the client's key
     preferences: Preferences = field(default_factory=Preferences)
     plan: Plan | None = None
+    transport: str = "http"  # or "websocket": a response on a Responses WebSocket (apis/responses_ws.py)

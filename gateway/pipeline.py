@@ -12,7 +12,9 @@
     6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
                   then the adapter's `after` (a Responses answer with `store: true` is stored)
 
-`handle()` composes them; each stage is a plain function of typed, frozen values. Only the two ends
+`handle()` composes them for an HTTP request; `serve_events()` runs stages 4-6 for a response that
+goes out another way (the Responses WebSocket, apis/responses_ws.py, which plans it with `prepare`).
+Each stage is a plain function of typed, frozen values. Only the two ends
 know the client API (`ClientApi`, apis/adapter.py): stages 2-4 and 6 see a `ChatRequest` and nothing
 else. Errors from any stage are `GatewayError`s, rendered in one place (`app.py`) in the client
 API's shape.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +40,7 @@ from gateway.apis.chat import ChatApi
 from gateway.attempt import dropped_for, outcome_of
 from gateway.context import Attempt, ChatRequest, RequestContext
 from gateway.dispatch import Served
-from gateway.errors import GatewayError
+from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import header_map, read_body
@@ -48,6 +51,17 @@ from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstream_stream import UpstreamStream
 
 CHAT = ChatApi()
+
+
+def count_failure(services: Services, request_id: str, err: GatewayError, api: str, model: str | None = None,
+                  transport: str = "http") -> None:
+    """Stage 6 for a request no endpoint served (refused, or every candidate failed): its access-log
+    line (naming the model asked for, once the body was parsed), the request and rejection metrics
+    (upstream failures were counted per attempt)."""
+    services.access_log.failed(request_id, err, model, api, transport)
+    services.metrics.client_request(api, err.status)
+    if not isinstance(err, UpstreamError | AllCandidatesFailed):
+        services.metrics.rejected(err.metric_label, api)
 
 
 def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
@@ -114,7 +128,8 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
                                    ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
-                                   ctx.request.api, earlier, dropped_for(ctx.request, stream.endpoint))
+                                   ctx.request.api, earlier, dropped_for(ctx.request, stream.endpoint),
+                                   ctx.transport)
         services.metrics.client_request(ctx.request.api, status)
     return sample
 
@@ -359,12 +374,31 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
     return await _answer_json(serving, api, headers, metadata)
 
 
-def prepare(chat: ChatRequest, request: Request, headers: Mapping[str, str], services: Services,
-            client: ApiKey | None, admit: bool = True) -> RequestContext:
+async def serve_events(ctx: RequestContext, services: Services, api: ClientApi,
+                       frame: Callable[[StreamRenderer], StreamRenderer] | None = None) -> AsyncIterator[bytes]:
+    """Stages 4-6 for a planned streaming request whose events do not go out as an HTTP response (the
+    Responses WebSocket): dispatch, then the client API's own stream events as its renderer gives
+    them (`frame` may wrap the renderer), recorded when they end, as `_serve` does for a stream. A
+    failure before the first event is raised, as it would be before an HTTP response started.
+    Close it (`aclosing`) when done with it: closing early records the attempt as cancelled."""
+    chat, plan = ctx.request, ctx.plan
+    assert plan is not None and chat.stream
+    served = await services.dispatcher.dispatch(chat, plan, ctx.preferences.hedge_after_ms)
+    count_fallback(services.metrics, plan, served)
+    renderer = api.stream_renderer(chat, served.stream.endpoint.model)
+    assert renderer is not None  # only a client API with its own events comes this way
+    # No await from dispatch to the first event: the attempt is closed by `_render_stream` whatever happens.
+    async with aclosing(_render_stream(Serving(services, ctx, served), frame(renderer) if frame else renderer,
+                                       api)) as events:
+        async for data in events:
+            yield data
+
+
+def prepare(chat: ChatRequest, headers: Mapping[str, str], services: Services, client: ApiKey | None,
+            admit: bool = True) -> RequestContext:
     """Stages 2-3 (with the model check of stage 0) for a parsed request: resolve preferences, select;
     then, with `admit`, the key's limits and budget (stage 0's last check: a request refused for its
     model or its plan has not used any). Without `admit`, pure and no I/O: what `/v1/route` shows."""
-    request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
     services.access.authorize(client, chat)
     started = time.perf_counter()
     prefs = services.resolver(chat, headers, client.policy if client is not None else None)
@@ -385,7 +419,8 @@ async def plan_request(request: Request, services: Services, request_id: str, ap
     raw = await read_body(request, services.config.gateway.max_body_bytes)
     chat = api.parse(raw, headers, request_id, services.config.gateway)
     chat = await api.recall(chat, services, client)
-    return prepare(chat, request, headers, services, client, admit)
+    request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
+    return prepare(chat, headers, services, client, admit)
 
 
 async def handle(request: Request, services: Services, request_id: str, api: ClientApi = CHAT) -> Response:

@@ -199,7 +199,12 @@ class ResponsesApi(ClientApi):
 
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
-        t = translate(parse_json_body(raw, limits))
+        return self.parse_body(parse_json_body(raw, limits), headers, request_id, limits)
+
+    def parse_body(self, body: dict[str, Any], headers: Mapping[str, str], request_id: str,
+                   limits: GatewayFile) -> ChatRequest:
+        """`parse` for a body already decoded (and size- and depth-checked): a WebSocket frame's."""
+        t = translate(body)
         return chat_request_from(t.chat, headers, request_id, limits, api=self.name, origin=t.call,
                                  dropped=t.dropped, capability_fields=t.capability_fields)
 
