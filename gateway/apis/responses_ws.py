@@ -205,11 +205,11 @@ class Connection:
             if kind != "response.create":
                 raise InvalidRequest(f"Unsupported event type {str(kind)[:40]!r}: this gateway takes "
                                      "`response.create`.", param="type", code="unknown_event_type")
+            if self.drain.draining:
+                raise ShuttingDown("This gateway replica is shutting down; connect again (to another).")
             if self.running is not None:
                 raise InvalidRequest("A response is already running on this connection; send the next "
                                      "`response.create` once it has ended.", code="response_in_progress")
-            if self.drain.draining:
-                raise ShuttingDown("This gateway replica is shutting down; connect again (to another).")
             if time.monotonic() >= self.ends_at:
                 raise InvalidRequest("Responses websocket connection limit reached "
                                      f"({limits.websocket_max_age_s:g} s). Create a new websocket connection "
