@@ -99,7 +99,8 @@ class Framed:
         for payload in event_payloads(self.inner.fail(err)):  # once per failed response: parsing it is cheap
             event = orjson.loads(payload)
             if event.get("type") == "error":
-                event.update(status=err.status, error=err.error_object())
+                # The same code as the event's own (the renderer names a code-less failure server_error).
+                event.update(status=err.status, error={**err.error_object(), "code": event.get("code", err.code)})
             out.append(sse_event(str(event.get("type")), orjson.dumps(event)))
         return b"".join(out)
 

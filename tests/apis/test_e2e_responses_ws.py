@@ -3,7 +3,7 @@
 gateway processes in front of the simulator; what the upstream received is read back from it.
 
 `quick` answers at once; `slow` takes ~2 s per response (20 tokens at 10 tok/s), long enough for a
-second frame or a SIGTERM to arrive while it runs.
+second frame or a SIGTERM to arrive while it runs; `broken` drops its stream after 3 tokens.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tests.harness import GatewayProcess, catalogue_for
 QUICK = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 12}
 SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 10, "output_tokens": 20, "tick_ms": 100,
         "slowdown_per_user": 0}
+BROKEN = {**QUICK, "faults": {"drop_rate": 1.0, "drop_after_tokens": 3}}  # the stream breaks after 3 tokens
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -35,12 +36,12 @@ WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weath
 
 @pytest.fixture(scope="module")
 def ws_sim() -> Iterator[SimProcess]:
-    with SimProcess(make_sim_config({"quick": QUICK, "slow": SLOW})) as sim:
+    with SimProcess(make_sim_config({"quick": QUICK, "slow": SLOW, "broken": BROKEN})) as sim:
         yield sim
 
 
 def _catalogue(sim: SimProcess, **gateway: Any) -> dict[str, Any]:
-    return catalogue_for(sim, {"m": [{"sim": "quick"}], "slow": [{"sim": "slow"}]},
+    return catalogue_for(sim, {"m": [{"sim": "quick"}], "slow": [{"sim": "slow"}], "broken": [{"sim": "broken"}]},
                          gateway={"explore_rate": 0.0, **gateway})
 
 
@@ -119,6 +120,19 @@ def test_an_error_event_leaves_the_connection_usable(ws_gateway: Keyed) -> None:
     assert error.error.param == "model" and error.error.type == "invalid_request_error"
     assert unknown.status == 400 and unknown.error.code == "unknown_event_type"
     assert served[-1].type == "response.completed" and text_of(served)
+
+
+def test_a_stream_broken_mid_way_ends_with_an_error_event(ws_gateway: Keyed) -> None:
+    with client(ws_gateway, ws_gateway.key).responses.connect() as conn:
+        conn.response.create(model="broken", input="hi")
+        events = until_done(conn)
+        events += until_done(conn)  # after the `error` event: response.failed
+        conn.response.create(model="m", input="hi again")
+        served = until_done(conn)
+    [error] = [e for e in events if e.type == "error"]
+    assert text_of(events) and events[-1].type == "response.failed"  # some text went out first
+    assert error.status == 502 and error.error.code == error.code and error.error.message == error.message
+    assert served[-1].type == "response.completed"
 
 
 def test_a_second_create_while_one_runs_is_refused(ws_gateway: Keyed) -> None:
@@ -269,6 +283,27 @@ def test_sigterm_finishes_the_response_in_flight_then_closes_1001(ws_sim: SimPro
         assert [(e.status, e.error.code) for e in events if e.type == "error"] == [(503, "shutting_down")]
         assert events[-1].type == "response.completed" and len(text_of(events).split()) == SLOW["output_tokens"]
         assert busy_closed.value.rcvd is not None and busy_closed.value.rcvd.code == 1001
+        assert gw.proc.wait(timeout=60) == 0
+    finally:
+        gw.stop()
+
+
+def test_sigterm_past_the_grace_ends_the_response_with_an_error_event_then_1001(ws_sim: SimProcess) -> None:
+    gw = GatewayProcess(_catalogue(ws_sim, shutdown_grace_s=0.5)).start()
+    try:
+        with client(gw).responses.connect() as conn:
+            conn.response.create(model="slow", input="Tell me a long story")
+            events = [conn.recv()]
+            while events[-1].type != "response.output_text.delta":
+                events.append(conn.recv())
+            assert gw.proc is not None
+            gw.proc.send_signal(signal.SIGTERM)
+            events += until_done(conn)
+            with pytest.raises(ConnectionClosed) as closed:
+                conn.recv()
+        assert events[-1].type == "error" and (events[-1].status, events[-1].error.code) == (503, "shutting_down")
+        assert len(text_of(events).split()) < SLOW["output_tokens"]  # cut short, and said so
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
         assert gw.proc.wait(timeout=60) == 0
     finally:
         gw.stop()
