@@ -172,7 +172,8 @@ class Connection:
                     break
                 frame = frame or asyncio.ensure_future(receive())
                 waits: set[asyncio.Future[Any]] = {frame, *(w for w in (begun, self.running) if w is not None)}
-                timeout = min(self.idle_s, self.ends_at - time.monotonic()) if idle else None
+                age_left = self.ends_at - time.monotonic()
+                timeout = min(self.idle_s, age_left) if idle else None
                 done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 if begun in done:
                     begun = None  # the loop's next turn closes an idle connection; a busy one closes after
@@ -182,8 +183,9 @@ class Connection:
                         break
                     raw = message.get("bytes") or (message.get("text") or "").encode()
                     await self.on_frame(raw)
-                elif not done and idle and time.monotonic() < self.ends_at:
-                    await self.close(NORMAL, "idle timeout")
+                elif not done and idle:  # which deadline it was: a timer may fire a little early
+                    await self.close(NORMAL, "maximum connection age reached" if age_left <= self.idle_s
+                                     else "idle timeout")
         finally:
             for waiting in (frame, begun):
                 if waiting is not None:
