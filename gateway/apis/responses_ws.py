@@ -13,7 +13,8 @@ with `"transport": "websocket"`).
     response.create  one response at a time; another while one runs gets an `error` event
     previous_response_id  the connection's own last response is continued from memory, with
                      `store: false` too (its input and output items are kept until the next one);
-                     any other id is read from the session store, as over HTTP
+                     any other id is read from the session store, as over HTTP (not found there:
+                     404 `previous_response_not_found`, OpenAI's WebSocket code)
     generate: false  a warm-up (Codex sends one): a response with no output and no upstream call,
                      whose input the next `previous_response_id` continues
     errors           `{"type": "error", "status": 400, "error": {type, code, message, param}}`, OpenAI's
@@ -42,7 +43,15 @@ from gateway import pipeline
 from gateway.apis.adapter import StreamRenderer, sse_event
 from gateway.apis.responses import ResponsesApi
 from gateway.apis.responses_render import ResponsesCall, new_id, response_object
-from gateway.errors import GatewayError, InvalidRequest, Overloaded, PayloadTooLarge, ShuttingDown, error_body
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    Overloaded,
+    PayloadTooLarge,
+    ResponseNotFound,
+    ShuttingDown,
+    error_body,
+)
 from gateway.parse import check_headers, header_map, parse_json_body
 from gateway.serve.drain import Flight
 
@@ -284,7 +293,12 @@ class Connection:
         client = await services.access.authenticate(self.headers)  # per response: revoked keys stop here
         chat = self.api.parse_body(body, self.headers, request_id, services.config.gateway)
         if not remembered:
-            chat = await self.api.recall(chat, services, client)  # a stored response, as over HTTP
+            try:
+                chat = await self.api.recall(chat, services, client)  # a stored response, as over HTTP
+            except ResponseNotFound as err:
+                # OpenAI's code on a WebSocket: Codex then sends the whole conversation again.
+                err.code = "previous_response_not_found"
+                raise
         ctx = replace(pipeline.prepare(chat, self.headers, services, client, admit=generate), transport=TRANSPORT)
         if not generate:
             response_id, frames = warm_up_events(chat.origin)

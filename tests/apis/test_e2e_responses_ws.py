@@ -105,7 +105,12 @@ def test_two_responses_on_one_connection_continue_with_store_false(ws_gateway: K
                                 {"role": "user", "content": "And again?"}]
     stored = httpx.get(f"{ws_gateway.base_url}/responses/{first[-1].response.id}", timeout=30,
                        headers={"authorization": f"Bearer {ws_gateway.key}"})
-    assert stored.status_code == 404  # store: false: only this connection could continue it
+    assert stored.status_code == 404  # store: false: only this connection could continue it ...
+    with client(ws_gateway, ws_gateway.key).responses.connect() as other:
+        other.response.create(model="m", input="Go on", previous_response_id=first[-1].response.id)
+        [missing] = until_done(other)
+    assert missing.status == 404 and missing.error.code == "previous_response_not_found"  # ... not another
+    assert missing.error.param == "previous_response_id"
 
 
 def test_an_error_event_leaves_the_connection_usable(ws_gateway: Keyed) -> None:
