@@ -230,14 +230,16 @@ class Connection:
             pipeline.count_failure(services, request_id, err, self.api.name, None, TRANSPORT)
             await self.send(error_frame(err))
             return
-        self.running = asyncio.create_task(self.respond(body, request_id))
-
-    async def respond(self, body: dict[str, Any], request_id: str) -> None:
-        """One response, in its own task (counted in flight for the drain), then the connection is
-        closed if it is draining or too old."""
-        services: Services = self.state.services
-        flight = Flight(asyncio.current_task())
+        # In the drain's count from now, not from the task's first step: a SIGTERM in between waits for it.
+        flight = Flight(None)
         self.drain.active.add(flight)
+        self.running = flight.task = asyncio.create_task(self.respond(body, request_id, flight))
+        self.running.add_done_callback(lambda _: self.drain.active.discard(flight))  # however it ends
+
+    async def respond(self, body: dict[str, Any], request_id: str, flight: Flight) -> None:
+        """One response, in its own task (`flight` in the drain's count until it ends), then the
+        connection is closed if it is draining or too old."""
+        services: Services = self.state.services
         model: str | None = None
         try:
             if self.admission.in_flight >= self.admission.limit:
@@ -274,8 +276,6 @@ class Connection:
                     await self.close(*ending)
             except OSError:
                 pass  # the client has gone too
-            finally:
-                self.drain.active.discard(flight)
 
     async def serve(self, services: Services, body: dict[str, Any], request_id: str) -> None:
         """Parse, plan, and stream one response; remember it for the next `previous_response_id`."""
