@@ -265,9 +265,11 @@ class Connection:
                                                      "finished (gateway.shutdown_grace_s); retry on another.")))
         except OSError:
             return  # the client has gone while we were sending
-        except Exception:
+        except Exception:  # a bug: logged with its traceback, answered, and the connection kept
             log.exception("unhandled error in WebSocket response %s", request_id)
-            await self.send(error_frame(GatewayError("Internal error in the gateway.")))
+            crashed = GatewayError("Internal error in the gateway.")
+            services.access_log.failed(request_id, crashed, model, self.api.name, TRANSPORT)
+            await self.send(error_frame(crashed))
         finally:
             self.running = None
             try:
