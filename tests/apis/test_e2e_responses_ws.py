@@ -152,6 +152,18 @@ def test_a_second_create_while_one_runs_is_refused(ws_gateway: Keyed) -> None:
     assert events[-1].type == "response.completed" and len(text_of(events).split()) == SLOW["output_tokens"]
 
 
+def test_a_client_that_leaves_mid_response_stops_it(ws_gateway: Keyed) -> None:
+    cancelled = metric(ws_gateway, "ultraroute_requests_total", endpoint="slow", status="cancelled")
+    with client(ws_gateway, ws_gateway.key).responses.connect() as conn:
+        conn.response.create(model="slow", input="Tell me a story")
+        while conn.recv().type != "response.output_text.delta":
+            pass
+    deadline = time.monotonic() + 20  # the upstream attempt is closed and recorded as cancelled
+    while metric(ws_gateway, "ultraroute_requests_total", endpoint="slow", status="cancelled") != cancelled + 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_limits_apply_per_response(ws_gateway: Keyed) -> None:
     limited = ws_gateway.create_key("--rpm", "1")
     with client(ws_gateway, limited).responses.connect() as conn:
