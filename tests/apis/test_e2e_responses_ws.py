@@ -22,12 +22,14 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import ROOT, GatewayProcess, catalogue_for
 
 QUICK = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 12}
 SLOW = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 10, "output_tokens": 20, "tick_ms": 100,
         "slowdown_per_user": 0}
 BROKEN = {**QUICK, "faults": {"drop_rate": 1.0, "drop_after_tokens": 3}}  # the stream breaks after 3 tokens
+FIXTURES = ROOT / "tests" / "fixtures" / "agents"  # what Codex CLI 0.169.0 really sent (README there)
+HANDSHAKE = {"host", "connection", "upgrade", "sec-websocket-version", "sec-websocket-key", "sec-websocket-extensions"}
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -244,6 +246,42 @@ def test_codex_frames_warm_up_then_continue_a_tool_loop(ws_gateway: Keyed, ws_si
     assert sent[0] == {"role": "system", "content": "Be helpful."} and sent[1]["content"] == "Weather in Paris?"
     assert sent[2]["tool_calls"][0]["id"] == call["call_id"]
     assert sent[3] == {"role": "tool", "tool_call_id": call["call_id"], "content": "sunny, 21 C"}
+
+
+def test_codex_captured_frames_replayed(ws_gateway: Keyed, ws_sim: SimProcess) -> None:
+    """The upgrade and the three frames Codex CLI 0.169.0 sent in a real run (warm-up, turn, tool
+    result), replayed with this gateway's key, model and ids. Its built-in and namespace tools are the
+    Responses adapter's to translate (tests/apis/test_e2e_responses.py); only its function tools are
+    kept here, so this shows the transport alone."""
+    upgrade = json.loads((FIXTURES / "codex_responses_ws_upgrade.json").read_text())["headers"]
+    headers = {k: v for k, v in upgrade.items() if k.lower() not in HANDSHAKE}
+    headers["Authorization"] = f"Bearer {ws_gateway.key}"
+    warm, turn, result = (json.loads((FIXTURES / f"codex_responses_ws_{name}.json").read_text())["frame"]
+                          for name in ("prewarm_frame", "frame", "tool_result_frame"))
+    for frame in (warm, turn, result):
+        frame["model"] = "m"
+        frame["tools"] = [tool for tool in frame["tools"] if tool["type"] == "function"]
+    before = len(ws_sim.requests("quick"))
+    with connect(f"ws://127.0.0.1:{ws_gateway.port}/v1/responses", additional_headers=headers) as ws:
+
+        def send(frame: dict[str, Any]) -> dict[str, Any]:
+            ws.send(json.dumps(frame))
+            while (event := json.loads(ws.recv()))["type"] not in TERMINAL:
+                pass
+            assert event["type"] == "response.completed", event
+            return event["response"]  # type: ignore[no-any-return]
+
+        assert send(warm)["output"] == [] and len(ws_sim.requests("quick")) == before  # generate: false
+        asked = send(turn)
+        [call] = [item for item in asked["output"] if item["type"] == "function_call"]
+        result["previous_response_id"] = asked["id"]
+        result["input"][0]["call_id"] = call["call_id"]
+        send(result)
+    sent = ws_sim.requests("quick")[-1]["body"]["messages"]
+    assert [m["role"] for m in sent][-2:] == ["assistant", "tool"]  # the turn, from the connection's memory
+    assert sent[-2]["tool_calls"][0]["id"] == sent[-1]["tool_call_id"] == call["call_id"]
+    assert sent[-1]["content"] == result["input"][0]["output"]
+    assert "Run echo agent-ok" in json.dumps(sent)  # the turn's own input is part of it
 
 
 @pytest.fixture(scope="module")
