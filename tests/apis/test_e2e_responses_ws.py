@@ -207,9 +207,14 @@ def test_metrics_count_connections_and_responses(ws_gateway: Keyed) -> None:
     wait_for_metric(ws_gateway, gauge, 0)
     assert metric(ws_gateway, "ultraroute_client_requests_total", api="responses", status="2xx") == ok + 2
     assert metric(ws_gateway, "ultraroute_client_requests_total", api="responses", status="4xx") == bad + 1
-    time.sleep(0.3)  # the access log is written in batches every 0.1 s
-    lines = [json.loads(line) for line in ws_gateway.logs().splitlines() if '"transport":"websocket"' in line]
-    assert {(line["api"], line["status"]) for line in lines} >= {("responses", 200), ("responses", 404)}
+    deadline = time.monotonic() + 20  # the access log is written in batches, from a thread
+    while not {("responses", 200), ("responses", 404)} <= {(ln["api"], ln["status"]) for ln in ws_lines(ws_gateway)}:
+        assert time.monotonic() < deadline, ws_lines(ws_gateway)
+        time.sleep(0.05)
+
+
+def ws_lines(gw: GatewayProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in gw.logs().splitlines() if '"transport":"websocket"' in line]
 
 
 def test_codex_frames_warm_up_then_continue_a_tool_loop(ws_gateway: Keyed, ws_sim: SimProcess) -> None:
