@@ -337,6 +337,10 @@ def test_sigterm_finishes_the_response_in_flight_then_closes_1001(ws_sim: SimPro
             gw.proc.send_signal(signal.SIGTERM)
             with pytest.raises(ConnectionClosed) as idle_closed:
                 idle.recv()  # idle: closed at once
+            with pytest.raises(InvalidStatus) as refused:  # and no new connection is taken
+                connect(f"ws://127.0.0.1:{gw.port}/v1/responses").close()
+            assert refused.value.response.status_code == 503
+            assert json.loads(refused.value.response.body)["error"]["code"] == "shutting_down"
             busy.response.create(model="m", input="one more?")  # the drain has begun: refused
             events += until_done(busy)
             while events[-1].type == "error":
