@@ -10,7 +10,8 @@ with `"transport": "websocket"`).
 
     upgrade          authenticated by its `Authorization: Bearer` (or `x-api-key`) header, as HTTP
                      requests are; refused with that HTTP error instead of 101 (401, 503 draining)
-    response.create  one response at a time; another while one runs gets an `error` event
+    response.create  one response at a time; another while one runs gets an `error` event. Its
+                     `stream_id` (the SDK's lanes) is echoed on every event of that response
     previous_response_id  the connection's own last response is continued from memory, with
                      `store: false` too (its input and output items are kept until the next one);
                      any other id is read from the session store, as over HTTP (not found there:
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ultraroute")
 TRANSPORT = "websocket"
+STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")  # OpenAI's lane ids
 GOING_AWAY = 1001  # RFC 6455: the server is going down
 NORMAL = 1000
 
@@ -154,7 +157,10 @@ class Connection:
         self.idle_s = gw.websocket_idle_s
         self.ends_at = time.monotonic() + gw.websocket_max_age_s
 
-    async def send(self, payload: bytes) -> None:
+    async def send(self, payload: bytes, lane: str | None = None) -> None:
+        """One event; with `lane`, the `stream_id` its `response.create` named, as OpenAI echoes it."""
+        if lane is not None:  # spliced in, not re-encoded: every event is a non-empty JSON object
+            payload = b'{"stream_id":' + orjson.dumps(lane) + b"," + payload[1:]
         await self._send({"type": "websocket.send", "text": payload.decode()})
 
     async def close(self, code: int, reason: str) -> None:
@@ -207,6 +213,7 @@ class Connection:
         services: Services = self.state.services
         request_id = f"{random.getrandbits(96):024x}"
         limits = services.config.gateway
+        lane: str | None = None
         try:
             if len(raw) > limits.max_body_bytes:
                 raise PayloadTooLarge(f"Frame is {len(raw)} bytes; the limit is {limits.max_body_bytes}.")
@@ -217,6 +224,11 @@ class Connection:
             if kind != "response.create":
                 raise InvalidRequest(f"Unsupported event type {str(kind)[:40]!r}: this gateway takes "
                                      "`response.create`.", param="type", code="unknown_event_type")
+            stream_id = body.pop("stream_id", None)
+            if stream_id is not None and (not isinstance(stream_id, str) or not STREAM_ID.fullmatch(stream_id)):
+                raise InvalidRequest("'stream_id' must be 1-256 ASCII letters, digits, '_', '-' or '.'.",
+                                     param="stream_id", code="invalid_stream_id")
+            lane = stream_id
             if self.drain.draining:
                 raise ShuttingDown("This gateway replica is shutting down; connect again (to another).")
             if self.running is not None:
@@ -228,15 +240,15 @@ class Connection:
                                      "to continue.", code="websocket_connection_limit_reached")
         except GatewayError as err:
             pipeline.count_failure(services, request_id, err, self.api.name, None, TRANSPORT)
-            await self.send(error_frame(err))
+            await self.send(error_frame(err), lane)
             return
         # In the drain's count from now, not from the task's first step: a SIGTERM in between waits for it.
         flight = Flight(None)
         self.drain.active.add(flight)
-        self.running = flight.task = asyncio.create_task(self.respond(body, request_id, flight))
+        self.running = flight.task = asyncio.create_task(self.respond(body, request_id, flight, lane))
         self.running.add_done_callback(lambda _: self.drain.active.discard(flight))  # however it ends
 
-    async def respond(self, body: dict[str, Any], request_id: str, flight: Flight) -> None:
+    async def respond(self, body: dict[str, Any], request_id: str, flight: Flight, lane: str | None) -> None:
         """One response, in its own task (`flight` in the drain's count until it ends), then the
         connection is closed if it is draining or too old."""
         services: Services = self.state.services
@@ -246,30 +258,31 @@ class Connection:
                 overloaded = Overloaded(self.admission.limit)
                 services.metrics.overloaded(self.api.name)
                 services.access_log.failed(request_id, overloaded, api=self.api.name, transport=TRANSPORT)
-                await self.send(error_frame(overloaded))
+                await self.send(error_frame(overloaded), lane)
                 return
             self.admission.in_flight += 1
             try:
                 model = body.get("model") if isinstance(body.get("model"), str) else None
-                await self.serve(services, body, request_id)
+                await self.serve(services, body, request_id, lane)
             except GatewayError as err:
                 pipeline.count_failure(services, request_id, err, self.api.name, model, TRANSPORT)
-                await self.send(error_frame(err))
+                await self.send(error_frame(err), lane)
             finally:
                 self.admission.in_flight -= 1
         except asyncio.CancelledError:
             if not flight.cut or flight.task is None:
                 raise  # the client left
             flight.task.uncancel()  # the drain's grace is over: say why the events stopped
-            await self.send(error_frame(ShuttingDown("This gateway replica shut down before the response "
-                                                     "finished (gateway.shutdown_grace_s); retry on another.")))
+            cut = ShuttingDown("This gateway replica shut down before the response finished "
+                               "(gateway.shutdown_grace_s); retry on another.")
+            await self.send(error_frame(cut), lane)
         except OSError:
             return  # the client has gone while we were sending
         except Exception:  # a bug: logged with its traceback, answered, and the connection kept
             log.exception("unhandled error in WebSocket response %s", request_id)
             crashed = GatewayError("Internal error in the gateway.")
             services.access_log.failed(request_id, crashed, model, self.api.name, TRANSPORT)
-            await self.send(error_frame(crashed))
+            await self.send(error_frame(crashed), lane)
         finally:
             self.running = None
             try:
@@ -279,7 +292,7 @@ class Connection:
             except OSError:
                 pass  # the client has gone too
 
-    async def serve(self, services: Services, body: dict[str, Any], request_id: str) -> None:
+    async def serve(self, services: Services, body: dict[str, Any], request_id: str, lane: str | None) -> None:
         """Parse, plan, and stream one response; remember it for the next `previous_response_id`."""
         generate = body.pop("generate", True)
         if not isinstance(generate, bool):
@@ -305,7 +318,7 @@ class Connection:
         if not generate:
             response_id, frames = warm_up_events(chat.origin)
             for payload in frames:
-                await self.send(payload)
+                await self.send(payload, lane)
             services.metrics.client_request(self.api.name, 200)
             self.last = Turn(response_id, tuple(items or ()))
             return
@@ -319,7 +332,7 @@ class Connection:
         async with aclosing(pipeline.serve_events(ctx, services, self.api, frame)) as events:
             async for data in events:
                 for payload in event_payloads(data):
-                    await self.send(payload)
+                    await self.send(payload, lane)
         result = framed.result() if framed is not None and not framed.failed else None
         if result is not None:
             self.last = Turn(result["id"], (*(items or ()), *result["output"]))

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.lib.responses_websocket import ResponsesWebSocketLimits, ResponsesWebSocketSession
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
@@ -113,6 +114,21 @@ def test_two_responses_on_one_connection_continue_with_store_false(ws_gateway: K
         [missing] = until_done(other)
     assert missing.status == 404 and missing.error.code == "previous_response_not_found"  # ... not another
     assert missing.error.param == "previous_response_id"
+
+
+def test_a_named_lane_of_the_sdk_session_gets_its_events(ws_gateway: Keyed) -> None:
+    """The SDK's lanes route events by the `stream_id` the create named, which the gateway echoes."""
+    limits = ResponsesWebSocketLimits(max_lanes=4, max_events_per_lane=256, max_events=512,
+                                      max_bytes_per_lane=1 << 20, max_bytes=1 << 21)
+    with client(ws_gateway, ws_gateway.key).responses.connect() as conn, \
+            ResponsesWebSocketSession(conn, limits=limits) as session:
+        lane = session.lane("conversation")
+        lane.send({"type": "response.create", "model": "m", "input": "Say hello", "store": False})
+        first = lane.get_final_response(timeout=60)
+        lane.send({"type": "response.create", "model": "m", "input": "Again", "previous_response_id": first.id})
+        second = lane.get_final_response(timeout=60)
+    assert first.status == second.status == "completed" and second.previous_response_id == first.id
+    assert first.output_text and second.output_text
 
 
 def test_an_error_event_leaves_the_connection_usable(ws_gateway: Keyed) -> None:
