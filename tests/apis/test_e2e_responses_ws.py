@@ -271,9 +271,8 @@ def test_codex_frames_warm_up_then_continue_a_tool_loop(ws_gateway: Keyed, ws_si
 
 def test_codex_captured_frames_replayed(ws_gateway: Keyed, ws_sim: SimProcess) -> None:
     """The upgrade and the three frames Codex CLI 0.169.0 sent in a real run (warm-up, turn, tool
-    result), replayed with this gateway's key, model and ids. Its built-in and namespace tools are the
-    Responses adapter's to translate (tests/apis/test_e2e_responses.py); only its function tools are
-    kept here, so this shows the transport alone."""
+    result: its nine tools, built-in and namespace ones included), replayed with this gateway's key,
+    model and ids."""
     upgrade = json.loads((FIXTURES / "codex_responses_ws_upgrade.json").read_text())["headers"]
     headers = {k: v for k, v in upgrade.items() if k.lower() not in HANDSHAKE}
     headers["Authorization"] = f"Bearer {ws_gateway.key}"
@@ -281,7 +280,6 @@ def test_codex_captured_frames_replayed(ws_gateway: Keyed, ws_sim: SimProcess) -
                           for name in ("prewarm_frame", "frame", "tool_result_frame"))
     for frame in (warm, turn, result):
         frame["model"] = "m"
-        frame["tools"] = [tool for tool in frame["tools"] if tool["type"] == "function"]
     before = len(ws_sim.requests("quick"))
     with connect(f"ws://127.0.0.1:{ws_gateway.port}/v1/responses", additional_headers=headers) as ws:
 

@@ -11,7 +11,7 @@ from gateway.errors import ModelNotFound, UpstreamError
 
 
 def _call() -> ResponsesCall:
-    return translate({"model": "m", "input": "hi"})[1]
+    return translate({"model": "m", "input": "hi"}).call
 
 
 def test_each_server_sent_event_becomes_one_json_frame() -> None:
