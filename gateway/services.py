@@ -36,6 +36,7 @@ from gateway.shaper import Shaper
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
+from gateway.upstream_aiohttp import connector_class
 from gateway.warm_up import WarmUp
 
 
@@ -112,7 +113,7 @@ async def open_services(
     telemetry = make_store(config.redis_url, replica_id=replica_id,
                            key_prefix=f"{gw.redis_key_prefix}:tel", flush_interval_s=gw.telemetry_flush_s,
                            record=gw.record_stats)
-    upstreams = Upstreams(config.catalogue.providers, transport_factory)
+    upstreams = Upstreams(config.catalogue.providers, transport_factory, connector_class())
     health = HealthBoard(BreakerSettings(failure_threshold=gw.breaker_failures, open_s=gw.breaker_open_s,
                                          max_open_s=config.health.max_open_s))
     metrics = Metrics(config.catalogue, telemetry.in_flight, store_redis_errors(telemetry))
