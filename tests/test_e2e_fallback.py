@@ -114,30 +114,30 @@ def test_fast_tier_failure_falls_back_to_standard(gateway: GatewayProcess, sim: 
 
 
 def test_hang_is_abandoned_at_the_first_token_budget(gateway: GatewayProcess, sim: SimProcess) -> None:
-    baseline = min(_timed(gateway, {"model": "m", "messages": USER}) for _ in range(3))
     sim.patch("fast", faults={"hang_rate": 1.0})
-    start = time.perf_counter()
     r = post(gateway)
-    elapsed = time.perf_counter() - start
     assert r.status_code == 200 and r.headers["x-ultraroute-fallback"] == "fast->std (timeout)"
-    assert elapsed - baseline <= 1.0 + 0.1  # the budget (1 s) plus 100 ms
     assert sim.stats("fast")["requests"] == 1  # the silent endpoint is not retried for this request
-
-
-def _timed(gateway: GatewayProcess, body: dict[str, Any]) -> float:
-    start = time.perf_counter()
-    assert post(gateway, body).status_code == 200
-    return time.perf_counter() - start
+    # How long the hung attempt stayed open, as the simulator saw it: the budget (1 s), give or take a
+    # busy machine's scheduling (the gateway's own loop lag extends its budgets: serve/lag.py), and far
+    # from the hang's own end (never). Then std was asked, not before.
+    hung = sim.stats("fast")["attempts"][-1]
+    served = sim.stats("std")["attempts"][-1]
+    assert hung["outcome"] == "hung" and 0.95 <= hung["duration_ms"] / 1000 < 2.5, hung
+    assert served["t"] >= hung["t"] + 0.95, (hung, served)
 
 
 def test_hedging_starts_the_next_endpoint_and_cancels_the_loser(gateway: GatewayProcess, sim: SimProcess) -> None:
     sim.patch("fast", faults={"hang_rate": 1.0})
-    start = time.perf_counter()
     r = post(gateway, {**FAST, "provider": {"hedge_after_ms": 200}})
-    elapsed = time.perf_counter() - start
     assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
-    assert elapsed < 0.8  # hedged at 200 ms, not abandoned at the 1 s first-token budget
-    sim.wait_for("fast", lambda s: s["cancelled"] == 1, timeout=1.0)  # the loser was cancelled
+    sim.wait_for("fast", lambda s: s["cancelled"] == 1, timeout=5.0)  # the loser was cancelled
+    # Hedged, not abandoned at the 1 s first-token budget and then failed over: std was asked while the
+    # hung attempt was still open.
+    hung = sim.stats("fast")["attempts"][-1]
+    hedge = sim.stats("std")["attempts"][-1]
+    hung_closed = hung["t"] + hung["duration_ms"] / 1000
+    assert hung["t"] < hedge["t"] < hung_closed, (hung, hedge)
 
 
 def test_capacity_queue_then_spill_to_the_next_candidate(gateway: GatewayProcess) -> None:
