@@ -173,6 +173,9 @@ class GatewayFile(_Frozen):
     # often each replica leases its share of the provider's bucket from Redis.
     shaper_wait_s: float = Field(default=0.25, ge=0, le=10)
     shaper_sync_s: float = Field(default=0.1, gt=0, le=5)
+    # An endpoint at its `max_concurrency` (capacity.py): how long a request waits in line for a slot
+    # (by priority) before it spills to the next candidate.
+    capacity_wait_s: float = Field(default=0.5, gt=0, le=60)
 
 
 class HealthFile(_Frozen):
