@@ -178,6 +178,9 @@ class GatewayFile(_Frozen):
     # OpenAI's are at 60 minutes: clients reconnect, and a replica's connections turn over.
     websocket_idle_s: float = Field(default=3600.0, gt=0, le=86400)
     websocket_max_age_s: float = Field(default=3600.0, gt=0, le=86400)
+    # An endpoint at its `max_concurrency` (capacity.py): how long a request waits in line for a slot
+    # (by priority) before it spills to the next candidate.
+    capacity_wait_s: float = Field(default=0.5, gt=0, le=60)
 
 
 class HealthFile(_Frozen):

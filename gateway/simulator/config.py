@@ -86,6 +86,9 @@ class EndpointProfile(BaseModel):
     requests_per_minute: int = Field(0, ge=0)
     retry_after_s: float = Field(1.0, ge=0.0)
     output_tokens: int = Field(64, ge=0)
+    # With a limit set, an answer has exactly `limit` tokens (finish "length") unless this is set: then
+    # it ends at `output_tokens` (finish "stop") when the limit is above that, as a model done talking.
+    natural_stop: bool = False
     reasoning_tokens: int = Field(0, ge=0)
     context_length: int = Field(131072, ge=1)
     accepts_prefix: bool = False
