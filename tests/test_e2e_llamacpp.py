@@ -34,6 +34,8 @@ LLAMA_PYTHON = ROOT / ".venv" / "third-party" / "llamacpp" / "bin" / "python"
 ESTIMATED = {"estimated": True}
 MODELS = ["tiny", "tiny-default"]
 ASK = "Say something, please."
+# Writing the model, starting llama.cpp and the gateway on a busy machine can take a minute of the first test.
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +126,15 @@ def test_responses_stream_cut_by_max_output_tokens(gateway: GatewayProcess) -> N
     usage = last.response.usage
     assert usage is not None and usage.output_tokens == 3 and usage.input_tokens > 0
     assert usage.model_extra == ESTIMATED
+
+
+def test_unary_answers_carry_usage(gateway: GatewayProcess) -> None:
+    message = anthropic_client(gateway).messages.create(model="tiny", max_tokens=64,
+                                                        messages=[{"role": "user", "content": ASK}])
+    assert message.stop_reason == "end_turn" and message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+    response = openai_client(gateway).responses.create(model="tiny", input=ASK)
+    assert response.status == "completed" and response.usage is not None and response.usage.model_extra == ESTIMATED
+    assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
 
 
 def test_chat_stream_carries_usage_when_asked(gateway: GatewayProcess) -> None:
