@@ -28,6 +28,7 @@ import httpx
 import openai
 import pytest
 
+from tests.apis.test_e2e_messages import access_line
 from tests.harness import ROOT, GatewayProcess, free_port, terminate, wait_ready
 
 LLAMA_PYTHON = ROOT / ".venv" / "third-party" / "llamacpp" / "bin" / "python"
@@ -79,10 +80,20 @@ def anthropic_client(gw: GatewayProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gw.url, api_key="unused", max_retries=0, timeout=120)
 
 
+def assert_charged(gw: GatewayProcess, request_id: str, input_tokens: int, output_tokens: int) -> None:
+    """The access log's tokens and cost are the usage the client was shown (price: $1 / $2 per M)."""
+    line = access_line(gw, request_id)
+    assert line["usage_estimated"] is True
+    assert (line["tokens"]["input"], line["tokens"]["output"]) == (input_tokens, output_tokens)
+    assert line["cost_usd"] == pytest.approx((input_tokens + 2 * output_tokens) / 1e6, abs=1e-6)
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_messages_stream_carries_usage(gateway: GatewayProcess, model: str) -> None:
+    request_id = f"llama-messages-{model}"
     with anthropic_client(gateway).messages.stream(model=model, max_tokens=64,
-                                                   messages=[{"role": "user", "content": ASK}]) as stream:
+                                                   messages=[{"role": "user", "content": ASK}],
+                                                   extra_headers={"x-request-id": request_id}) as stream:
         events = list(stream)
         final = stream.get_final_message()
     start = events[0]
@@ -94,6 +105,7 @@ def test_messages_stream_carries_usage(gateway: GatewayProcess, model: str) -> N
     assert end.usage.output_tokens == len(deltas) > 0 and end.usage.model_extra == ESTIMATED
     assert final.usage.input_tokens == start.message.usage.input_tokens > 0
     assert final.usage.output_tokens == len(deltas)
+    assert_charged(gateway, request_id, final.usage.input_tokens, final.usage.output_tokens)
 
 
 def test_messages_stream_cut_by_max_tokens(gateway: GatewayProcess) -> None:
@@ -106,7 +118,9 @@ def test_messages_stream_cut_by_max_tokens(gateway: GatewayProcess) -> None:
 
 @pytest.mark.parametrize("model", MODELS)
 def test_responses_stream_carries_usage(gateway: GatewayProcess, model: str) -> None:
-    with openai_client(gateway).responses.stream(model=model, input=ASK) as stream:
+    request_id = f"llama-responses-{model}"
+    with openai_client(gateway).responses.stream(model=model, input=ASK,
+                                                 extra_headers={"x-request-id": request_id}) as stream:
         events = list(stream)
         final = stream.get_final_response()
     last = events[-1]
@@ -116,16 +130,19 @@ def test_responses_stream_carries_usage(gateway: GatewayProcess, model: str) -> 
     assert usage is not None and usage.model_extra == ESTIMATED
     assert usage.input_tokens > 0 and usage.output_tokens == len(deltas) > 0
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    assert_charged(gateway, request_id, usage.input_tokens, usage.output_tokens)
 
 
 def test_responses_stream_cut_by_max_output_tokens(gateway: GatewayProcess) -> None:
-    events = list(openai_client(gateway).responses.create(model="tiny", input=ASK, max_output_tokens=3, stream=True))
+    events = list(openai_client(gateway).responses.create(model="tiny", input=ASK, max_output_tokens=3, stream=True,
+                                                          extra_headers={"x-request-id": "llama-incomplete"}))
     last = events[-1]
     assert last.type == "response.incomplete" and last.response.incomplete_details is not None
     assert last.response.incomplete_details.reason == "max_output_tokens"
     usage = last.response.usage
     assert usage is not None and usage.output_tokens == 3 and usage.input_tokens > 0
     assert usage.model_extra == ESTIMATED
+    assert_charged(gateway, "llama-incomplete", usage.input_tokens, 3)
 
 
 def test_unary_answers_carry_usage(gateway: GatewayProcess) -> None:
