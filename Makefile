@@ -15,9 +15,9 @@ AGENTS := $(VENV)/third-party/agents
 AGENTS_STAMP := $(AGENTS)/.codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
 # llama-cpp-python's server for tests/test_e2e_llamacpp.py (a real llama.cpp behind the gateway), in a
 # venv of its own: its server extra brings FastAPI/Starlette versions of its choosing. Compiled from
-# source, portable (no -march=native: the wheel pip caches may be reused on another CPU); the first
-# build takes ~10-25 min on 2 cores, later clean clones reuse pip's cached wheel. `gguf` writes the
-# tiny model the test makes (tests/tiny_gguf.py). The stamp names the versions.
+# source, portable (no -march=native: the wheel pip caches may be reused on another CPU). The first
+# build takes ~7 CPU-minutes (9-10 min on two busy cores); later clean clones reuse pip's cached wheel
+# (~10 s). `gguf` writes the tiny model the test makes (tests/tiny_gguf.py). The stamp names the versions.
 LLAMACPP_VERSION := 0.3.36
 GGUF_VERSION := 0.19.0
 LLAMACPP := $(VENV)/third-party/llamacpp
