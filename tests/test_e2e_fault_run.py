@@ -24,7 +24,8 @@ def test_a_fault_run_loses_nothing_truncates_nothing_and_bills_what_it_served() 
     failures = report(records, marks, spent, CLIENTS)
     assert not failures, failures
     answered = Counter(marks.phase_of(r.started) for r in records if kinds(r, marks) == "answered")
-    assert all(answered[phase] > 0 for phase, _ in marks.phases if phase != "sigterm"), answered
+    # (`heal` may last a moment only, and after SIGTERM every new request is refused)
+    assert all(answered[phase] > 0 for phase, _ in marks.phases if phase not in ("heal", "sigterm")), answered
     # The faults were met: the fast tier broke streams (continued whole elsewhere: `short` is one of
     # the invariants) and refused with 503 (served by standard).
     assert marks.faults_met["dropped"] > 0 and marks.faults_met["503"] > 0, marks.faults_met
