@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import openai
@@ -178,3 +179,50 @@ def test_a_crashed_worker_is_replaced_by_one_that_serves(sim: SimProcess) -> Non
         os.kill(int(survivor.rsplit("-", 1)[1]), 0)  # the other worker untouched: still running
         assert f"(pid {pid}) exited with -9; restarting" in gw.logs()
         assert gw.proc is not None and gw.proc.poll() is None
+
+
+def socket_fds(pid: int) -> int:
+    """How many sockets process `pid` holds open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
+
+
+def zombie(pid: int) -> bool:
+    """Exited, not yet reaped by its parent."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_after_sigterm_the_port_refuses_once_the_workers_stop_listening(sim: SimProcess) -> None:
+    """The supervisor lets go of its copy of the listening socket at SIGTERM. Held until it exits, the
+    kernel would complete handshakes after the last worker stopped accepting, and reset them later:
+    a client would send a request and get no answer instead of a refused connection.
+
+    The supervisor is frozen (SIGSTOP) while the workers drain (3 s at least), so the moment between the workers' exit
+    and its own lasts as long as the test needs."""
+    catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast"}]}, gateway={"shutdown_delay_s": 3.0})
+    own = free_ports(2)
+    gw = GatewayProcess(catalogue, workers=2, serve_args=("--worker-ports", str(own))).start()
+    assert gw.proc is not None
+    supervisor = gw.proc.pid
+    try:
+        workers = [int(httpx.get(f"http://127.0.0.1:{port}/healthz").json()["replica"].rsplit("-", 1)[1])
+                   for port in (own, own + 1)]
+        assert socket_fds(supervisor) >= 3  # the shared port and each worker's own
+        gw.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while socket_fds(supervisor) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert socket_fds(supervisor) == 0
+        os.kill(supervisor, signal.SIGSTOP)
+        deadline = time.monotonic() + 60
+        while not all(zombie(pid) for pid in workers):
+            assert time.monotonic() < deadline, gw.logs()[-2000:]
+            time.sleep(0.1)
+        with pytest.raises(ConnectionRefusedError):  # not a connection nobody will ever accept
+            socket.create_connection(("127.0.0.1", gw.port), timeout=5).close()
+        os.kill(supervisor, signal.SIGCONT)
+        assert gw.proc.wait(timeout=30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGCONT)
+        gw.stop()
