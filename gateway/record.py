@@ -29,10 +29,8 @@ def _int(value: object) -> int:
 def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int, e2e_s: float,
                  concurrent: int) -> float:
     """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once."""
-    if endpoint.price is not None:
-        price = endpoint.price
-        cached_price = price.cached_input if price.cached_input is not None else price.input
-        return ((input_tokens - cached) * price.input + cached * cached_price + output * price.output) / 1e6
+    if endpoint.price is not None:  # at the rates of its context size (`price.long_context`)
+        return endpoint.price.cost(input_tokens, cached, output)
     if endpoint.hourly_cost is not None:
         return endpoint.hourly_cost / 3600.0 * e2e_s / max(1, concurrent)
     return 0.0

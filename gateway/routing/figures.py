@@ -39,10 +39,12 @@ class Figures:
 
 
 def estimated_cost(endpoint: Endpoint, prompt_tokens: int, max_tokens: int | None,
-                   stats: EndpointStats) -> float | None:
+                   stats: EndpointStats, cached_tokens: int = 0) -> float | None:
+    """USD for this request: `cached_tokens` of its prompt at the cached price, all at the rates of its
+    context size (`price.long_context`)."""
     output = max_tokens or DEFAULT_OUTPUT_TOKENS
     if endpoint.price is not None:
-        return (prompt_tokens * endpoint.price.input + output * endpoint.price.output) / 1e6
+        return endpoint.price.cost(prompt_tokens, cached_tokens, output)
     if endpoint.hourly_cost is not None and stats.requests and stats.window_s:
         # Rented capacity: what a token really costs is the hourly price over measured throughput.
         aggregate_tps = stats.tokens.output / stats.window_s

@@ -1,0 +1,56 @@
+"""End to end: agent traffic routed by prompt size, prefill speed and prompt caches (issue 31).
+
+A gateway process in front of the simulator, driven by the official openai SDK and `/v1/route`: a
+fast tier limited to small cold prompts is filtered out for a large one (the reason in the plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.simulator.testing import SimProcess, make_sim_config
+from tests.harness import GatewayProcess, catalogue_for
+
+SYSTEM = {"role": "system", "content": "You are a coding agent. " + "Tool catalogue. " * 2_500}  # ~10k tokens
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    common = {"ttft_jitter": 0.0, "slowdown_per_user": 0.0, "output_tokens": 8}
+    config = make_sim_config({
+        "gpu": {**common, "ttft_ms": 30, "tokens_per_second": 400, "prefill_tokens_per_second": 40_000,
+                "cached_prefill_tokens_per_second": 2_000_000},
+        "tier8k": {**common, "ttft_ms": 10, "tokens_per_second": 2000, "prefill_tokens_per_second": 200_000},
+    })
+    with SimProcess(config) as process:
+        yield process
+
+
+def route(gw: GatewayProcess, body: dict[str, Any]) -> dict[str, Any]:
+    response = httpx.post(f"{gw.base_url}/route", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_fast_tier_limited_to_small_cold_prompts_is_filtered_out_for_a_large_one(sim: SimProcess) -> None:
+    catalogue = catalogue_for(sim, {"m": [
+        {"sim": "gpu", "id": "gpu", "price": {"input": 1.0, "output": 2.0}},
+        {"sim": "tier8k", "id": "tier8k", "price": {"input": 1.0, "output": 2.0}, "max_uncached_input_tokens": 8192},
+    ]})
+    with GatewayProcess(catalogue) as gw:
+        small = {"model": "m", "messages": [{"role": "user", "content": "fix the bug"}],
+                 "provider": {"only": ["tier8k"]}}
+        assert [c["id"] for c in route(gw, small)["candidates"]] == ["tier8k"]
+        large = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "fix the bug"}]}
+        plan = route(gw, large)
+        assert [c["id"] for c in plan["candidates"]] == ["gpu"]
+        [excluded] = plan["excluded"]
+        assert excluded["reason"].startswith("cold prompt ~") and "max_uncached_input_tokens 8192" in excluded["reason"]
+        client = openai.OpenAI(base_url=gw.base_url, api_key="unused")
+        answer = client.chat.completions.with_raw_response.create(model="m", messages=large["messages"])
+        assert answer.headers["x-ultraroute-endpoint"] == "gpu"
