@@ -76,7 +76,10 @@ def figures_for(endpoint: Endpoint, stats: EndpointStats, model: SpeedModel | No
     """`stats` (the window's, every replica's) gives the shared speed-vs-load fit; `model` the local one.
     `n_tokens`: the output expected (`output_tokens`), by default from this endpoint alone."""
     n = n_tokens or output_tokens(max_tokens, (stats,))
-    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, n, failure_rate(stats), capacity)
+    # Ranked as a cold prompt: whether this endpoint holds the session's prefix is the router's per
+    # request question (sticky.py).
+    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, n, failure_rate(stats), capacity,
+                stats.fit_prefill, prompt_tokens)
     has_samples = stats.requests > 0 or (model is not None and model.tps.w > 0)
     has_prior = endpoint.advertised.tokens_per_second is not None or endpoint.advertised.ttft_ms is not None
     return with_prediction(Figures(
