@@ -1,7 +1,9 @@
 """End to end: agent traffic routed by prompt size, prefill speed and prompt caches (issue 31).
 
 A gateway process in front of the simulator, driven by the official openai SDK and `/v1/route`: a
-fast tier limited to small cold prompts is filtered out for a large one (the reason in the plan).
+fast tier limited to small cold prompts is filtered out for a large one (the reason in the plan); an
+agent session stays on the endpoint holding its prompt cache, `/v1/route` says why, and it moves when
+that endpoint fails.
 """
 
 from __future__ import annotations
@@ -54,3 +56,38 @@ def test_a_fast_tier_limited_to_small_cold_prompts_is_filtered_out_for_a_large_o
         client = openai.OpenAI(base_url=gw.base_url, api_key="unused")
         answer = client.chat.completions.with_raw_response.create(model="m", messages=large["messages"])
         assert answer.headers["x-ultraroute-endpoint"] == "gpu"
+
+
+def test_an_agent_session_stays_on_its_cache_holder_explained_and_moves_when_it_fails(sim: SimProcess) -> None:
+    catalogue = catalogue_for(sim, {"m": [
+        {"sim": "gpu", "id": "gpu", "price": {"input": 1.0, "cached_input": 0.1, "output": 2.0}},
+        {"sim": "tier8k", "id": "other", "price": {"input": 1.0, "cached_input": 0.1, "output": 2.0}},
+    ]})
+    sim.reset(profiles=True)  # empty prompt caches
+    with GatewayProcess(catalogue) as gw:
+        client = openai.OpenAI(base_url=gw.base_url, api_key="unused", max_retries=0)
+        messages: list[dict[str, Any]] = [SYSTEM]
+        served, cached = [], []
+        for turn in range(5):
+            messages.append({"role": "user", "content": f"step {turn}: " + "tool output " * 300})
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, extra_body={"prompt_cache_key": "agent-7"})  # type: ignore[arg-type]
+            answer = raw.parse()
+            served.append(raw.headers["x-ultraroute-endpoint"])
+            cached.append(answer.usage.prompt_tokens_details.cached_tokens)  # type: ignore[union-attr]
+            messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+        assert len(set(served)) == 1, served  # every turn on the endpoint holding the session's cache
+        assert cached[0] == 0 and all(c > 10_000 for c in cached[1:]), cached
+        holder = served[0]
+        plan = route(gw, {"model": "m", "messages": messages, "prompt_cache_key": "agent-7"})
+        first = plan["candidates"][0]
+        assert first["id"] == holder and first["notes"][0] == "sticky"
+        assert first["notes"][1].startswith("stays: cache saves ~") and "s prefill" in first["notes"][1]
+        sim.patch({"gpu": "gpu", "other": "tier8k"}[holder], faults={"error_rate": 1.0})
+        try:
+            messages.append({"role": "user", "content": "next step"})
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, extra_body={"prompt_cache_key": "agent-7"})  # type: ignore[arg-type]
+            assert raw.headers["x-ultraroute-endpoint"] != holder  # the holder failed: the turn moved
+        finally:
+            sim.reset(profiles=True)
