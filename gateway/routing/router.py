@@ -11,7 +11,10 @@ least predicted time for this request plus what it adds to the requests already 
 tier preferred while it is not slower, an endpoint at its concurrency limit never -- breaking near
 ties by power of two choices on load; a conversation sticks to the endpoint that served its last
 turn; now and then an endpoint whose stats have gone stale is explored so that recoveries are
-noticed. Without a sort, the first pick is random, weighted toward the cheaper.
+noticed. Without a sort, the first pick is random, weighted toward the cheaper -- for a prompt of
+1,024+ tokens (agent traffic) the least predicted end-to-end time, as `sort: e2e`. A turn whose
+session's cache is held by an endpoint stays there while the cache is worth more than the time the
+holder would cost (stay.py).
 
 State here is local to this replica: load models, session affinity, caches. Reads of telemetry go
 through the store's cached view; nothing here does I/O.
@@ -51,8 +54,9 @@ from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
 STATS_WINDOW_S = 300  # also the shared speed-vs-load fit's window (every replica's samples)
-# A conversation the client does not name is named by its first messages (sticky.py) once its prompt is
-# this large: below, a cache saves too little to weigh (and identical short prompts are not one session).
+# An agent-sized prompt: a conversation the client does not name is named by its first messages
+# (sticky.py) once its prompt is this large -- below, a cache saves too little to weigh (and identical
+# short prompts are not one session) -- and without a sort it is routed by predicted end-to-end time.
 DERIVE_SESSION_ABOVE = 1024
 _MAX_CACHE = 4096
 
@@ -265,7 +269,13 @@ class Router:
         n_tokens = output_tokens(shape.max_tokens, stats.values())
         candidates = [self._candidate(e, tier_rank, shape, stats[e.key], n_tokens)
                       for e, tier_rank in static.eligible]
-        ordered = rank(candidates, prefs.sort)
+        # Without a sort, an agent-sized prompt is routed by its predicted end-to-end time: where a
+        # large prompt goes decides its prefill time and which cache it builds, and spreading it by
+        # price alone made sessions ~2x slower than an oracle and, cache missed, not cheaper.
+        sort = prefs.sort
+        if sort is None and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
+            sort = Sort.E2E
+        ordered = rank(candidates, sort)
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
         ordered = prefer_order(ordered, prefs.order)
@@ -294,16 +304,16 @@ class Router:
             not_live=tuple(c for c in ordered if c not in live),
             curves=curves,
             n_tokens=n_tokens,
-            live_choice=prefs.sort is Sort.THROUGHPUT or prefs.sort is Sort.E2E,
+            live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
             cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=tuple(c for c in (live if prefs.sort is Sort.THROUGHPUT else group)
+            stale=tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
                         if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
             by_key={c.endpoint.key: c for c in ordered},
             index={c.endpoint.key: i for i, c in enumerate(ordered)},
             cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
             prompt_tokens=shape.prompt_tokens,
             stats=stats,
-            sort=prefs.sort,
+            sort=sort,
         )
         return ranked
 
@@ -319,7 +329,7 @@ class Router:
             return replace(chosen, notes=(*chosen.notes, moved))
         if prefs.order:
             return default
-        if prefs.sort is not None:
+        if ranked.sort is not None:
             explored = self._explore(ranked, default)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
@@ -327,9 +337,9 @@ class Router:
             return self._fastest_now(ranked, scored)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
-        if prefs.sort is None:
+        if ranked.sort is None:
             return self._cheap_weighted(ranked.lead)
-        return self._best_of_head(ranked.lead[: self.settings.head_size], prefs.sort)
+        return self._best_of_head(ranked.lead[: self.settings.head_size], ranked.sort)
 
     def _score_live(self, ranked: _Ranked) -> list[_Scored]:
         """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
