@@ -14,8 +14,9 @@ last. Sessions, their contents and their pauses are the same for every router (s
 Routers (each through a gateway process, so that all pay the same proxy hop; the first three pick with
 `provider.only`):
 - oracle: knows every host's true profile, its load (it is the only client) and which prefix each
-  host's cache holds for each session; sends each turn where its TTFT + decode is least now, never
-  over capacity; retries a failed turn at the next best.
+  host's cache holds for each session; sends each turn where its TTFT + decode now plus the best next
+  turn's (given the cache this choice builds) is least, never over capacity; retries a failed turn at
+  the next best.
 - random, round-robin: uniform / in turn, no retry.
 - ultraroute (default): a fresh gateway (`health.warm_up`), no options: it names the session by its
   prefix and weighs staying on the cache holder against moving.
@@ -53,6 +54,7 @@ from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
 
 MAX_TOKENS = 120
+NEXT_TURN_TOKENS = 1_000  # about what a turn adds (a tool result and an answer): the oracle's look-ahead
 SYSTEM = {"role": "system", "content": "You are a coding agent with these tools. " + "tool spec line. " * 750}
 _INT = {name: re.compile(rb'"' + name.encode() + rb'":\s*(\d+)')
         for name in ("prompt_tokens", "cached_tokens", "completion_tokens")}
@@ -117,18 +119,30 @@ class Picker:
         self.load = Counter[str]()
         self.held: dict[tuple[str, str], int] = {}  # (session, host) -> prompt tokens its cache holds
 
-    def expected_s(self, name: str, session: str, prompt: int, tried: set[str]) -> float:
+    def expected_s(self, name: str, session: str, prompt: int, tried: set[str], held: int | None = None) -> float:
+        """True TTFT + decode of a turn of `prompt` tokens on `name` now (`held`: what its cache holds
+        of the session, if not what it holds now)."""
         h = self.hosts[name]
         p = h.profile
         load = self.load[name]
         if name in tried or load >= p["capacity"]:
             return float("inf")
-        cached = min(self.held.get((session, name), 0), prompt) if h.cache else 0
+        held = self.held.get((session, name), 0) if held is None else held
+        cached = min(held, prompt) if h.cache else 0
         slow = 1.0 + p["slowdown_per_user"] * load  # the simulator's factor at load + 1 in flight
         prefill = ((prompt - cached) / p["prefill_tokens_per_second"]
                    + cached / p["cached_prefill_tokens_per_second"]) * slow
         rate = p["tokens_per_second"] / (slow * (1 + p["decode_slowdown_per_1k_context"] * prompt / 1000))
         return p["ttft_ms"] / 1000 + prefill + MAX_TOKENS / rate
+
+    def lookahead_s(self, name: str, session: str, prompt: int, tried: set[str]) -> float:
+        """This turn on `name`, plus the best next turn given that `name` then holds this prompt: an
+        oracle that knows the caches values the cache a choice builds, not only this turn's time."""
+        now = self.expected_s(name, session, prompt, tried)
+        following = prompt + NEXT_TURN_TOKENS
+        best_next = min(self.expected_s(n, session, following, set(), prompt if n == name else None)
+                        for n in self.hosts)
+        return now + best_next
 
     async def send(self, client: httpx.AsyncClient, session: str, messages: list[dict[str, Any]],
                    body: dict[str, Any]) -> Turn:
@@ -136,7 +150,7 @@ class Picker:
         tried: set[str] = set()
         while True:
             if self.kind == "oracle":
-                name = min(self.hosts, key=lambda n: self.expected_s(n, session, prompt, tried))
+                name = min(self.hosts, key=lambda n: self.lookahead_s(n, session, prompt, tried))
             elif self.kind == "random":
                 name = self.rng.choice(sorted(self.hosts))
             else:

@@ -91,3 +91,19 @@ def test_an_agent_session_stays_on_its_cache_holder_explained_and_moves_when_it_
             assert raw.headers["x-ultraroute-endpoint"] != holder  # the holder failed: the turn moved
         finally:
             sim.reset(profiles=True)
+
+
+def test_a_prompt_above_long_context_is_billed_at_its_rates(sim: SimProcess) -> None:
+    price = {"input": 1.0, "output": 2.0, "long_context": {"above_tokens": 5_000, "input": 10.0, "output": 20.0}}
+    catalogue = catalogue_for(sim, {"m": [{"sim": "gpu", "id": "gpu", "price": price}]})
+    with GatewayProcess(catalogue) as gw:
+        client = openai.OpenAI(base_url=gw.base_url, api_key="unused")
+        small = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        large = client.chat.completions.create(model="m", messages=[SYSTEM, {"role": "user", "content": "go"}])
+        plan = route(gw, {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "go"}], "max_tokens": 8})
+        spent = httpx.get(f"{gw.base_url}/endpoints").json()["data"][0]["stats"]["cost_usd"]
+    assert small.usage is not None and large.usage is not None and large.usage.prompt_tokens > 5_000
+    expected = (small.usage.prompt_tokens * 1.0 + 8 * 2.0 + large.usage.prompt_tokens * 10.0 + 8 * 20.0) / 1e6
+    assert spent == pytest.approx(expected, rel=1e-3)
+    # The estimate the router ranks by uses the same rates (~4 characters a token).
+    assert plan["candidates"][0]["figures"]["cost_usd"] == pytest.approx(large.usage.prompt_tokens * 10e-6, rel=0.1)
