@@ -46,7 +46,7 @@ from gateway.routing.speed import (
     curve,
     fallback_scores,
 )
-from gateway.routing.stay import judge_stay
+from gateway.routing.stay import cache_credit, judge_stay
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -111,6 +111,7 @@ class _Ranked:
     prompt_tokens: int  # the request's estimated prompt (its shape's)
     stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
     sort: Sort | None
+    credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
 
 
 class Router:
@@ -314,6 +315,8 @@ class Router:
             prompt_tokens=shape.prompt_tokens,
             stats=stats,
             sort=sort,
+            credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
+                          for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
         )
         return ranked
 
@@ -362,6 +365,10 @@ class Router:
         clean = [inf if unavailable is not None and unavailable(c.endpoint.key) else p.clean_s
                  for c, p in zip(ranked.live, predictions, strict=True)]
         scores = fallback_scores(clean, curves, predictions)  # a failure priced by what it falls back to
+        if ranked.credits:  # an agent's next turn will be cheaper where this one builds its cache (stay.py)
+            # As the time a candidate's cache would not save, so that scores stay positive (near ties).
+            most = max(ranked.credits)
+            scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
         return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
 
     def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:

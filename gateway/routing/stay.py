@@ -17,13 +17,33 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gateway.config import Endpoint
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures, estimated_cost, with_prediction
+from gateway.routing.speed import Curve
 from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, stay_or_move
+from gateway.telemetry.stats import EndpointStats
 
 if TYPE_CHECKING:
     from gateway.routing.router import Router, _Ranked, _Scored
+
+
+def likely_hit(endpoint: Endpoint, stats: EndpointStats) -> float:
+    """The share of a staying session's prompt this endpoint will have cached: as measured, else 1 where
+    its price has a cached-input discount (it caches), else 0 (a host that prices no cache keeps none)."""
+    ratio = stats.tokens.cache_hit_ratio
+    if ratio is not None:
+        return ratio
+    price = endpoint.price
+    return 1.0 if price is not None and price.cached_input is not None and price.cached_input < price.input else 0.0
+
+
+def cache_credit(endpoint: Endpoint, stats: EndpointStats, curve: Curve, prompt_tokens: int) -> float:
+    """Seconds the cache this prompt builds here will save the session's next turn, if it stays: the
+    live choice of an agent-sized prompt subtracts it from each candidate's time, as an oracle that
+    knows caches values where a session's next turns will be cheap, not only this turn's time."""
+    return prompt_tokens * likely_hit(endpoint, stats) * (curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN)
 
 
 def judge_stay(router: Router, ranked: _Ranked, c: Candidate, holder: Holder,
@@ -31,8 +51,7 @@ def judge_stay(router: Router, ranked: _Ranked, c: Candidate, holder: Holder,
     """The verdict, and the holder's figures predicted with its cache (None where not re-predicted)."""
     key = c.endpoint.key
     stats = ranked.stats[key]
-    ratio = stats.tokens.cache_hit_ratio
-    hit = 1.0 if ratio is None else ratio
+    hit = likely_hit(c.endpoint, stats)
     prompt = ranked.prompt_tokens
     cached = int(min(holder.input_tokens, prompt) * hit)
     max_tokens = ranked.n_tokens
