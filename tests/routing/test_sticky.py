@@ -110,3 +110,16 @@ def test_every_sort_keeps_an_idle_holder(tmp_path: Path, sort: Sort | None) -> N
     request = replace(chat(session_id="s", max_tokens=100), prompt_chars=4 * 31_000)
     c = r.plan(request, Preferences(sort=sort)).candidates[0]
     assert c.endpoint.id == "b/standard" and c.notes[0] == "sticky", c.notes
+
+
+def test_an_agent_prompt_goes_where_its_cache_will_serve_the_next_turn(tmp_path: Path) -> None:
+    """Two hosts equally fast now; one caches prompts (a cached-input price), one does not: an
+    agent-sized prompt goes to the one whose cache will make the session's next turn faster."""
+    cat = catalogue(tmp_path, [endpoint("caches", price=PRICE), endpoint("cold", price={"input": 1.0, "output": 2.0})])
+    r, store = router(cat)
+    for key in ("m/caches/standard", "m/cold/standard"):
+        measured(r, store, key)
+    request = replace(chat(max_tokens=200), prompt_chars=4 * 20_000)
+    for sort in (None, Sort.E2E):
+        assert {r.plan(request, Preferences(sort=sort)).candidates[0].endpoint.id for _ in range(30)} == \
+            {"caches/standard"}
