@@ -445,10 +445,13 @@ class Router:
         c = ranked.by_key.get(holder.endpoint_key) if holder is not None else None
         if c is None or c.notes or holder is None:  # gone from the plan, spilled or below a threshold
             return None, None
-        if prefs.sticky:  # the policy makes it a rule
-            return replace(c, notes=("sticky",)), None
-        if not (explicit or _cache_pays(c.endpoint) or ranked.prompt_tokens >= DERIVE_SESSION_ABOVE):
+        if not (explicit or prefs.sticky or _cache_pays(c.endpoint) or ranked.prompt_tokens >= DERIVE_SESSION_ABOVE):
             return None, None
+        # A rule where the policy makes it one, and for a small prompt without a sort: that default picks
+        # any endpoint of the lead at random, the holder is as good a pick, and a conversation that
+        # flapped between near-equal endpoints would lose its cache for nothing.
+        if prefs.sticky or ranked.sort is None:
+            return replace(c, notes=("sticky",)), None
         verdict, figures = judge_stay(self, ranked, c, holder, scored)
         if not verdict.stay:
             return None, verdict.why

@@ -2,12 +2,14 @@
 `sticky.stay_or_move`, from the router's ranking and live scores.
 
 Per request with a known holder (sticky.py): how much of the prompt it likely holds (its last turn's
-input x its measured cache hit ratio for sessions that stayed, 1 until measured), what one uncached
+input x its measured cache hit ratio for sessions that stayed; until measured, 1 where its price has a
+cached-input discount, else 0: `likely_hit`), what one uncached
 prompt token costs it in TTFT (its fitted prefill rate, else advertised, else a GPU host's), what share
 of the bill the cached price saves, and how much slower than the best other candidate it is predicted
 to be, both judged cold, by the request's sort: the live score for `throughput` and `e2e` (load now),
-TTFT for `latency`, end-to-end time without a sort (the cached ranking's figures), and for `price` the
-cost alone (the holder's with its cached input against the others' cold).
+TTFT for `latency` (the cached ranking's figures), and for `price` the cost alone (the holder's with its
+cached input against the others' cold). Without a sort, an agent-sized prompt is judged as `e2e`; a
+small one stays by rule (router.py).
 
 Nothing here does I/O; the router calls `judge_stay` only for a request whose session has a holder.
 """
