@@ -46,12 +46,38 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class LongContextPrice(_Frozen):
+    """The rates of a request whose input is above `above_tokens` (OpenAI's above 272k, Gemini's above
+    200k): the whole request is billed at them, as those providers bill."""
+
+    above_tokens: int = Field(ge=1)
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    output: float = Field(ge=0)
+
+
 class PriceFile(_Frozen):
     """USD per 1M tokens."""
 
     input: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
     output: float = Field(ge=0)
+    long_context: LongContextPrice | None = None
+
+    def rates(self, input_tokens: int) -> tuple[float, float, float]:
+        """(input, cached input, output) USD per 1M tokens for a request of `input_tokens`; cached input
+        costs as much as input where no cached price is given."""
+        tier: PriceFile | LongContextPrice = self
+        if self.long_context is not None and input_tokens > self.long_context.above_tokens:
+            tier = self.long_context
+        cached = tier.cached_input if tier.cached_input is not None else tier.input
+        return tier.input, cached, tier.output
+
+    def cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
+        """USD for one request, at the rates its input size falls in."""
+        price_in, price_cached, price_out = self.rates(input_tokens)
+        cached = min(max(cached_tokens, 0), input_tokens)
+        return ((input_tokens - cached) * price_in + cached * price_cached + output_tokens * price_out) / 1e6
 
 
 class AdvertisedFile(_Frozen):
@@ -59,6 +85,7 @@ class AdvertisedFile(_Frozen):
 
     tokens_per_second: float | None = Field(default=None, gt=0)
     ttft_ms: float | None = Field(default=None, gt=0)
+    prefill_tokens_per_second: float | None = Field(default=None, gt=0)  # uncached prompt tokens
 
 
 class SloFile(_Frozen):
@@ -103,6 +130,8 @@ class EndpointFile(_Frozen):
     quantization: Quantization | None = None
     region: str | None = None
     context_length: int | None = Field(default=None, ge=1)
+    # A fast tier served only below this much uncached input (e.g. 8192): a larger cold prompt goes elsewhere.
+    max_uncached_input_tokens: int | None = Field(default=None, ge=1)
     max_output_tokens: int | None = Field(default=None, ge=1)
     max_concurrency: int | None = Field(default=None, ge=1)
     advertised: AdvertisedFile = Field(default_factory=AdvertisedFile)
@@ -259,6 +288,7 @@ class Endpoint:
     first_token_budget_s: float | None = None
     stream_usage: bool = True
     apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
+    max_uncached_input_tokens: int | None = None
 
     @property
     def available(self) -> bool:
@@ -376,6 +406,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     first_token_budget_s=e.first_token_budget_s,
                     stream_usage=e.stream_usage,
                     apis=frozenset(e.apis),
+                    max_uncached_input_tokens=e.max_uncached_input_tokens,
                 )
             )
         models[model_name] = tuple(endpoints)

@@ -216,7 +216,12 @@ def _session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> str | N
     cache_key = body.get("prompt_cache_key")
     if cache_key is not None and not isinstance(cache_key, str):
         raise InvalidRequest("'prompt_cache_key' must be a string.", param="prompt_cache_key")
-    return session_id or headers.get("x-session-id") or cache_key or None
+    # Anthropic's `metadata.user_id` (and a chat body's own `metadata`): one agent session per user id
+    # where nothing closer names the conversation. Not validated: `metadata` is the provider's field.
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return session_id or headers.get("x-session-id") or cache_key or \
+        (user_id if isinstance(user_id, str) else None) or None
 
 
 def parse_chat_request(

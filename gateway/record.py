@@ -29,10 +29,8 @@ def _int(value: object) -> int:
 def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int, e2e_s: float,
                  concurrent: int) -> float:
     """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once."""
-    if endpoint.price is not None:
-        price = endpoint.price
-        cached_price = price.cached_input if price.cached_input is not None else price.input
-        return ((input_tokens - cached) * price.input + cached * cached_price + output * price.output) / 1e6
+    if endpoint.price is not None:  # at the rates of its context size (`price.long_context`)
+        return endpoint.price.cost(input_tokens, cached, output)
     if endpoint.hourly_cost is not None:
         return endpoint.hourly_cost / 3600.0 * e2e_s / max(1, concurrent)
     return 0.0
@@ -75,7 +73,9 @@ class Recorder:
         session_key: str | None = None,
     ) -> AttemptSample:
         at_end = max(0, self.telemetry.in_flight(endpoint.key) - 1)  # others, before this one ends
-        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end)
+        # Read before the router remembers this turn: whether the session's last turn was served here.
+        stayed = session_key is not None and self.router.sessions.get(session_key) == endpoint.key
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed)
         if meter.usage_estimated and endpoint.stream_usage and endpoint.key not in self._no_usage:
             self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
             log.warning("endpoint %s sent no usage; the gateway estimates it (say `stream_usage: false` "
@@ -112,6 +112,7 @@ def make_sample(
     started_at: float,
     in_flight_at_start: int,
     in_flight_at_end: int | None = None,
+    stayed: bool = False,
 ) -> AttemptSample:
     end = meter.t_end if meter.t_end is not None else time.perf_counter()
     usage = meter.usage or {}
@@ -136,5 +137,6 @@ def make_sample(
         cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1),
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
+        stayed=stayed,
     )
     return sample
