@@ -149,9 +149,11 @@ def test_a_codex_request_is_served_and_what_was_dropped_is_named(api_gateway: Ke
     [call] = [e["item"] for e in events if e["type"] == "response.output_item.done"]
     assert call["type"] == "function_call" and call["name"] == "exec_command"  # the sim calls the first tool
     assert events[-1]["type"] == "response.completed"
-    # The last request with tools: the shared gateway may have probed "fast" (a 1-token completion)
-    # since, when an earlier test opened its circuit.
-    sent = next(r["body"] for r in reversed(api_sim.requests("fast"))
+    # The endpoint that served (an agent-sized prompt is routed by predicted end-to-end time, so "fast"
+    # may be passed over when earlier tests' faults left it with errors), its last request with tools:
+    # the shared gateway may have probed it (a 1-token completion) since.
+    served = raw.headers["x-ultraroute-endpoint"]
+    sent = next(r["body"] for r in reversed(api_sim.requests(served))
                 if r["path"] == "/chat/completions" and "tools" in r["body"])
     assert [t["function"]["name"] for t in sent["tools"]][4:9] == [
         "multi_agent_v1__close_agent", "multi_agent_v1__resume_agent", "multi_agent_v1__send_input",
