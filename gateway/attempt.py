@@ -1,6 +1,7 @@
 """One attempt at one endpoint, up to its first token: the body sent, the request, the status, the gate.
 
-`open_attempt()` sends the request (always streaming, with usage: `upstream_body()`), turns a non-200
+`open_attempt()` sends the request (always streaming, with usage: `upstreams.outgoing()` makes it in
+the API the endpoint's provider speaks), turns a non-200
 answer into the `UpstreamError` it means (`Retry-After` kept, the provider's text redacted, a refused
 key reported as misconfiguration), and passes the first-chunk gate within the first-token budget.
 `outcome_of()` names what a failed attempt was, for telemetry. Which endpoint to try, and what to do
@@ -22,24 +23,15 @@ from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
-from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
+from gateway.upstream_stream import Meter, StreamBroken, TranslatedStream, UpstreamStream
+from gateway.upstreams import Outgoing, outgoing
+from gateway.upstreams.openai_chat import UPSTREAM_PATHS
+from gateway.upstreams.openai_chat import chat_body as upstream_body
+
+__all__ = ["UPSTREAM_PATHS", "open_attempt", "outcome_of", "outgoing", "prompt_estimate", "upstream_body"]
 
 _MAX_ERROR_BODY = 64 * 1024
-
-
-# Where each upstream API lives under a provider's base URL.
-UPSTREAM_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
-
-
-def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
-    body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
-    body["model"] = endpoint.upstream_model
-    if request.upstream == "embeddings":
-        return orjson.dumps(body)  # one JSON answer: only its latency is measured
-    body["stream"] = True  # always: so time to first token and decode rate are measured for every request
-    if endpoint.stream_usage:  # else it would be ignored (or refused): the relay estimates usage
-        body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
-    return orjson.dumps(body)
+OVERLOADED = 529  # Anthropic's "overloaded": fails over as a 503 does
 
 
 def prompt_estimate(request: ChatRequest) -> int:
@@ -70,7 +62,7 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
         pass
     finally:
         await response.aclose()
-    status = response.status_code
+    status = 503 if response.status_code == OVERLOADED else response.status_code
     error: Any = None
     with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
         error = orjson.loads(raw).get("error")
@@ -83,7 +75,7 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
     return UpstreamError(message, status=status, body=body, retry_after_s=retry_after(response.headers))
 
 
-async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
+async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing, meter: Meter, budget_s: float,
                        stall_s: float, lag: LoopLag | None = None, upstream: str = "chat",
                        streaming: bool = False) -> UpstreamStream:
     """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
@@ -93,7 +85,7 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, me
     budget = Budget(budget_s, lag)
     try:
         with budget.timeout():
-            response = await upstreams.open(endpoint, body, UPSTREAM_PATHS[upstream])
+            response = await upstreams.open(endpoint, body.body, body.path, body.headers)
     except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
         raise UpstreamUnreachable(message) from None
@@ -105,8 +97,11 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, me
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
-    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
-                            first_token_early=streaming)
+    if body.translator is None:
+        stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
+                                first_token_early=streaming)
+    else:
+        stream = TranslatedStream(endpoint, response, meter, stall_s, lag, translator=body.translator())
     stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     try:
         await stream.open_gate(budget)

@@ -40,6 +40,10 @@ Capability = Literal["tools", "response_format", "reasoning", "assistant_prefix"
 # The upstream APIs an endpoint serves. Responses and Anthropic Messages requests are translated to
 # chat completions, so any `chat` endpoint serves them; only these three are ever called upstream.
 UpstreamApi = Literal["chat", "completions", "embeddings"]
+# The wire API a provider speaks (gateway/upstreams/): OpenAI chat completions (and its legacy
+# completions and embeddings), Anthropic Messages, or OpenAI Responses. The gateway appends
+# /chat/completions, /messages or /responses to the provider's base_url.
+ProviderApi = Literal["openai", "anthropic", "openai-responses"]
 
 
 class _Frozen(BaseModel):
@@ -83,7 +87,8 @@ class RateLimitsFile(_Frozen):
 
 
 class ProviderFile(_Frozen):
-    base_url: str = Field(pattern=r"^https?://")
+    base_url: str = Field(pattern=r"^https?://")  # the API root, /v1 included
+    api: ProviderApi = "openai"
     api_key_env: str | None = None  # the NAME of an environment variable; never the key itself
     region: str = "global"
     data_collection: Literal["allow", "deny"] = "deny"
@@ -117,6 +122,9 @@ class EndpointFile(_Frozen):
     # Which upstream APIs it serves. Only chat by default: many hosts have no /completions or
     # /embeddings, and a wrong guess would cost the client a provider's 404 instead of another endpoint.
     apis: frozenset[UpstreamApi] = Field(default=frozenset({"chat"}), min_length=1)
+    # The provider's speed tier to ask for: Anthropic's `speed` ("fast": with its beta header),
+    # OpenAI's `service_tier` ("priority", "flex", ...). What served is read from every answer.
+    service_tier: str | None = Field(default=None, min_length=1, max_length=64)
 
     @model_validator(mode="after")
     def _one_pricing_kind(self) -> EndpointFile:
@@ -225,6 +233,7 @@ class Provider:
     max_keepalive_connections: int
     connect_timeout_s: float
     rate_limits: RateLimitsFile | None = None
+    api: str = "openai"  # the wire API it speaks (ProviderApi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +260,12 @@ class Endpoint:
     first_token_budget_s: float | None = None
     stream_usage: bool = True
     apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
+    service_tier: str | None = None  # the provider's speed tier asked for (EndpointFile.service_tier)
+
+    @property
+    def api(self) -> str:
+        """The wire API its provider speaks: openai, anthropic or openai-responses."""
+        return self.provider.api
 
     @property
     def available(self) -> bool:
@@ -328,6 +343,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
             max_keepalive_connections=p.max_keepalive_connections,
             connect_timeout_s=p.connect_timeout_s,
             rate_limits=p.rate_limits,
+            api=p.api,
         )
 
     models: dict[str, tuple[Endpoint, ...]] = {}
@@ -346,6 +362,10 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                 problems.append(f"{where}.id: '{endpoint_id}' is not unique within the model; set `id`")
                 continue
             seen.add(endpoint_id)
+            if provider.api != "openai" and e.apis != {"chat"}:
+                # Legacy completions and embeddings exist only in OpenAI's own API.
+                problems.append(f"{where}.apis: a provider with api '{provider.api}' serves chat only")
+                continue
             endpoints.append(
                 Endpoint(
                     key=f"{model_name}/{endpoint_id}",
@@ -368,6 +388,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     first_token_budget_s=e.first_token_budget_s,
                     stream_usage=e.stream_usage,
                     apis=frozenset(e.apis),
+                    service_tier=e.service_tier,
                 )
             )
         models[model_name] = tuple(endpoints)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.attempt import open_attempt, outcome_of, prompt_estimate, upstream_body
+from gateway.attempt import open_attempt, outcome_of, outgoing, prompt_estimate
 from gateway.config import Endpoint
 from gateway.context import Attempt, ChatRequest, Plan
 from gateway.errors import (
@@ -269,7 +269,7 @@ class Dispatcher:
                                 attempts: list[Attempt], budget_s: float,
                                 has_alternatives: bool) -> tuple[UpstreamStream, float, int]:
         """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
-        body = upstream_body(request, endpoint)
+        body = outgoing(request, endpoint)
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
         async for attempt in retry_attempts(endpoint.key, self.budget, on_retry, self._mostly_works):
             with attempt:
@@ -336,7 +336,7 @@ class Dispatcher:
         started_at = time.time()
         in_flight = self.telemetry.in_flight(endpoint.key)
         try:
-            stream = await open_attempt(self.upstreams, endpoint, upstream_body(request, endpoint), meter,
+            stream = await open_attempt(self.upstreams, endpoint, outgoing(request, endpoint), meter,
                                  self.first_token_budget(endpoint), self.limits.stall_timeout_s)
             try:
                 async for _ in stream.batches():

@@ -28,6 +28,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.serve.lag import Budget, LoopLag
 from gateway.sse import DONE, SSEDecoder
 from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
+from gateway.upstreams.wire import Translator
 
 
 class StreamBroken(UpstreamError):
@@ -137,6 +138,12 @@ class UpstreamStream:
         self._progress: Progress | None = None
         self._progress_of: tuple[float, int] = (0.0, 0)  # sent at (wall clock), in flight then
         self._check_at = float("inf")  # perf_counter time of the next progress report
+        self._tier: str | None = None
+
+    @property
+    def served_tier(self) -> str | None:
+        """The tier the provider says served (OpenAI's `service_tier` on its chunks), if it says."""
+        return self._tier
 
     def watch(self, progress: Progress, started_at: float, in_flight_at_start: int) -> None:
         """Report the decode rate while the stream runs (PROGRESS_S), so that a slow-down is seen
@@ -286,6 +293,9 @@ class UpstreamStream:
             self._pending.extend(chunks)
         if self.meter.t_first is None and not self._pending:
             raise UpstreamError("upstream closed the stream without a response", status=502)
+        if self._pending:  # once per request: the tier is on every chunk
+            tier = self._pending[0][1].get("service_tier")
+            self._tier = tier if isinstance(tier, str) else None
 
     async def next_batch(self) -> list[Event] | None:
         """The events of the next network read that brought any (first, those read at the gate); None
@@ -325,3 +335,22 @@ class UpstreamStream:
             self.meter.t_end = time.perf_counter()
         self.meter.settle_usage()
         await self._response.aclose()
+
+
+class TranslatedStream(UpstreamStream):
+    """The stream of an upstream API that is not chat completions (gateway/upstreams/): each event
+    is translated into the chat chunks it means before it is read as any chat stream is. A read is
+    parsed whole (no early first token): the translated chunks cannot be left half-read."""
+
+    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
+                 lag: LoopLag | None = None, *, translator: Translator) -> None:
+        super().__init__(endpoint, response, meter, stall_s, lag)
+        self.translator = translator
+
+    @property
+    def served_tier(self) -> str | None:
+        return self.translator.served_tier
+
+    def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
+        events = self.translator.events
+        return super()._parse([chunk for payload in payloads for chunk in events(payload)], now)

@@ -35,10 +35,13 @@ from gateway.simulator.config import EndpointProfile, SimConfigError, merge_prof
 from gateway.simulator.content import PrefixCache
 from gateway.simulator.embeddings import serve_embeddings
 from gateway.simulator.http11 import HttpConnection, HttpListener, Request
+from gateway.simulator.native_payloads import anthropic_error_body, error_event, native_writer
+from gateway.simulator.native_request import parse_native_request
 from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
 from gateway.simulator.stats import Attempt, EndpointStats, RecentRequests
 
-API_PATHS = ("/chat/completions", "/completions", "/embeddings")
+API_PATHS = ("/chat/completions", "/completions", "/embeddings", "/messages", "/responses")
+KINDS = {"/chat/completions": "chat", "/completions": "completions", "/messages": "messages", "/responses": "responses"}
 EARLY_S = 0.002  # tokens due within this much are sent now: loop timers may fire ~1 ms early
 NON_STREAM_MIN_SLEEP_S = 0.05  # nobody sees intermediate tokens of a non-streamed answer
 TERMINAL_FAULTS = ("error", "hang", "error_event", "drop", "stall")
@@ -145,7 +148,7 @@ class Endpoint:
             if path == "/embeddings":
                 await serve_embeddings(self, req, conn)
             else:
-                await self._chat(req, conn, "chat" if path == "/chat/completions" else "completions")
+                await self._chat(req, conn, KINDS[path])
         elif path == "/models" and req.method == "GET":
             model = {"id": self.profile.model or "sim-model", "object": "model", "created": 0}
             conn.send(200, orjson.dumps({"object": "list", "data": [{**model, "owned_by": "simulator"}]}))
@@ -158,7 +161,10 @@ class Endpoint:
         loop = asyncio.get_running_loop()
         echo_key = _bearer_token(req) if profile.faults.echo_key_in_errors else None
         try:
-            job = parse_chat_request(req.body, profile, kind)
+            if kind in ("messages", "responses"):
+                job = parse_native_request(req.body, profile, kind)
+            else:
+                job = parse_chat_request(req.body, profile, kind)
             attempt.stream, attempt.model, attempt.prefix_tokens = job.stream, job.model, job.prefix_tokens
             if job.prompt_tokens > profile.context_length:
                 raise ApiError(
@@ -175,7 +181,7 @@ class Endpoint:
             if profile.requests_per_minute and not self._take_rpm(profile.requests_per_minute):
                 raise rate_limited(profile, f"Rate limit reached: {profile.requests_per_minute} requests per minute")
         except ApiError as err:
-            self._send_error(conn, attempt, err, echo_key)
+            self._send_error(conn, attempt, err, echo_key, kind)
             self._stats.finish(attempt, loop.time() - req.arrived)
             return
         self.active += 1
@@ -245,9 +251,11 @@ class Endpoint:
     # ---- serving ------------------------------------------------------------------------------
 
     def _send_error(
-        self, conn: HttpConnection, attempt: Attempt, err: ApiError, echo_key: str | None
+        self, conn: HttpConnection, attempt: Attempt, err: ApiError, echo_key: str | None, kind: str = "chat"
     ) -> None:
         body = err.body if echo_key is None else _quoting_key(err.body, echo_key)
+        if kind == "messages":  # Anthropic's own error shape (529: overloaded_error)
+            body = anthropic_error_body(err.status, orjson.loads(body)["error"]["message"])
         conn.send(err.status, body, err.headers)
         attempt.status, attempt.outcome = err.status, err.outcome
 
@@ -270,7 +278,7 @@ class Endpoint:
                 kind = "server_error" if status >= 500 else "invalid_request_error"
                 code = faults.error_code if faults.error_code is not None and status < 500 else kind
                 err = ApiError(status, f"Simulated upstream error {status}", kind, code, outcome="error")
-            self._send_error(conn, attempt, err, plan.echo_key)
+            self._send_error(conn, attempt, err, plan.echo_key, job.kind)
             return
         if plan.fault == "hang":
             attempt.outcome = "hung"
@@ -285,7 +293,14 @@ class Endpoint:
                 }
             }
             attempt.status, attempt.outcome = 200, "error_event"
-            if job.stream:
+            if job.kind in ("messages", "responses"):
+                message = _with_key("Simulated error event", plan.echo_key)
+                data = error_event(job.kind, faults.error_status, message)
+                if job.stream:
+                    conn.start_stream(200, first_chunk=data, last=True, close=True)
+                else:
+                    conn.send(200, data.split(b"data: ", 1)[1].strip(), close=True)
+            elif job.stream:
                 conn.start_stream(200, first_chunk=sse(event), last=True, close=True)
             else:
                 conn.send(200, orjson.dumps(event), close=True)
@@ -306,7 +321,8 @@ class Endpoint:
             await asyncio.get_running_loop().create_future()  # until the client disconnects
         if not job.stream:
             attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
-            conn.send(200, completion_body(job), [("x-simulator-endpoint", self.name)])
+            body = completion_body(job) if job.kind in ("chat", "completions") else native_writer(job).body()
+            conn.send(200, body, [("x-simulator-endpoint", self.name)])
             attempt.tokens = n
         attempt.status = 200
         attempt.outcome = "malformed" if plan.malformed else "no_done" if plan.no_done else "ok"
@@ -324,7 +340,7 @@ class Endpoint:
         """Stream tokens [0, stop): the first alone at t_first, then batches as they fall due."""
         t_first = arrived + plan.ttft_s
         n = job.n_tokens
-        writer = ChunkWriter(job)
+        writer = ChunkWriter(job) if job.kind in ("chat", "completions") else native_writer(job)
         complete = stop == n and plan.fault is None
         malformed_at = (n // 2 if n >= 2 else n) if plan.malformed else -1
 
