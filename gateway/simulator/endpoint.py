@@ -144,7 +144,7 @@ class Endpoint:
             if req.method != "POST":
                 conn.send(405, error_body("Use POST", "invalid_request_error", "method_not_allowed"))
                 return
-            self.requests.record(path, req.body)
+            self.requests.record(path, req.body, _api_headers(req))
             if path == "/embeddings":
                 await serve_embeddings(self, req, conn)
             else:
@@ -410,6 +410,18 @@ class Endpoint:
             delay = min(max(min_sleep - late, wait_next), wait_last)
             target = now + delay
             await asyncio.sleep(delay)
+
+
+# Request headers kept with each recorded request, for tests: API versions and betas, and which
+# kind of key came (never the key itself).
+_RECORDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+def _api_headers(req: Request) -> dict[str, str]:
+    out = {name: req.headers[name] for name in _RECORDED_HEADERS if name in req.headers}
+    if "x-api-key" in req.headers:
+        out["x-api-key"] = "present"
+    return out
 
 
 def _bearer_token(req: Request) -> str:

@@ -2,8 +2,9 @@
 
 Does: turn a `/v1/messages` or `/v1/responses` body into the chat-completions body it means
 (messages, max_tokens, tools, tool_choice), so the one `parse_chat_request` decides what the answer
-is; note the tier asked for (`speed`, `service_tier`) and the tier reported (the profile's
-`faults.downgrade_to`, a silent downgrade, wins); flag prompt-cache writes (`cache_control`).
+is (a limit is a cap here: an answer shorter than it ends naturally); note the tier asked for
+(`speed`, `service_tier`) and the tier reported (the profile's `faults.downgrade_to`, a silent
+downgrade, wins); flag prompt-cache writes (`cache_control`).
 Does not: build the answer's bytes (native_payloads.py) or wait.
 """
 
@@ -122,6 +123,9 @@ def parse_native_request(raw: bytes, profile: EndpointProfile, kind: str) -> Cha
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.")
     chat = _from_messages(body) if kind == "messages" else _from_responses(body)
+    # Both APIs' limits are caps: a model that is done sooner stops there (Messages always sets one).
+    if chat.get("max_tokens", 0) >= profile.reasoning_tokens + profile.output_tokens:
+        del chat["max_tokens"]
     job = parse_chat_request(orjson.dumps(chat), profile)
     job.kind = kind
     job.stream = bool(body.get("stream"))
