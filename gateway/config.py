@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -261,6 +261,9 @@ class Endpoint:
     stream_usage: bool = True
     apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
     service_tier: str | None = None  # the provider's speed tier asked for (EndpointFile.service_tier)
+    # Price per service tier of the same provider and upstream model, as the catalogue lists them:
+    # an answer is charged at the tier that served. Empty unless the catalogue lists several.
+    tier_prices: Mapping[str, PriceFile] = field(default_factory=dict)
 
     @property
     def api(self) -> str:
@@ -398,7 +401,27 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
             aliases[alias] = model_name
     if problems:
         raise ConfigError("\n".join(problems))
-    return Catalogue(models=models, aliases=aliases, providers=providers)
+    return Catalogue(models=_with_tier_prices(models), aliases=aliases, providers=providers)
+
+
+# The tier a provider reports when none was asked for.
+DEFAULT_SERVICE_TIER = {"anthropic": "standard", "openai": "default", "openai-responses": "default"}
+
+
+def served_tier_name(endpoint: Endpoint) -> str:
+    return endpoint.service_tier or DEFAULT_SERVICE_TIER[endpoint.provider.api]
+
+
+def _with_tier_prices(models: dict[str, tuple[Endpoint, ...]]) -> dict[str, tuple[Endpoint, ...]]:
+    """Each endpoint told the prices of its provider's other service tiers of the same model."""
+    prices: dict[tuple[str, str], dict[str, PriceFile]] = {}
+    for endpoints in models.values():
+        for e in endpoints:
+            if e.price is not None:
+                prices.setdefault((e.provider.name, e.upstream_model), {})[served_tier_name(e)] = e.price
+    return {name: tuple(replace(e, tier_prices=prices[(e.provider.name, e.upstream_model)])
+                        if len(prices.get((e.provider.name, e.upstream_model), ())) > 1 else e for e in endpoints)
+            for name, endpoints in models.items()}
 
 
 def load_catalogue(path: Path, env: Mapping[str, str] | None = None) -> tuple[Catalogue, GatewayFile]:

@@ -80,6 +80,12 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     else:
         outcome, status = Outcome.OK, 200
     session_key = ctx.plan.session_key if ctx.plan else None
+    tier = stream.served_tier
+    if tier is not None:
+        stream.meter.served_tier = tier  # priced at the tier that served
+        asked = stream.endpoint.service_tier
+        if asked is not None and tier != asked:
+            services.metrics.served_tier_mismatch(stream.endpoint, asked, tier)
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
     services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
@@ -248,6 +254,8 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
         collected = await collect(stream, stream.endpoint.model, serving.resume, api.assembler(ctx.request))
         completion = api.render_json(collected, ctx.request)
         served = serving.served.stream  # after a mid-stream continuation, not the stream it began on
+        if served.served_tier is not None:
+            headers["x-ultraroute-served-tier"] = served.served_tier
         completion["provider"] = served.endpoint.provider.name  # as OpenRouter reports it
         if metadata is not None:
             completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}

@@ -27,10 +27,14 @@ def _int(value: object) -> int:
 
 
 def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int, e2e_s: float,
-                 concurrent: int) -> float:
-    """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once."""
+                 concurrent: int, served_tier: str | None = None) -> float:
+    """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once.
+    Charged at the price of the tier that served (`served_tier`, as the provider reported it) when
+    the catalogue lists the same provider and model at that tier."""
     if endpoint.price is not None:
         price = endpoint.price
+        if served_tier is not None and endpoint.tier_prices:
+            price = endpoint.tier_prices.get(served_tier, price)
         cached_price = price.cached_input if price.cached_input is not None else price.input
         return ((input_tokens - cached) * price.input + cached * cached_price + output * price.output) / 1e6
     if endpoint.hourly_cost is not None:
@@ -128,7 +132,8 @@ def make_sample(
         cached_input_tokens=cached,
         output_tokens=output,
         reasoning_tokens=reasoning,
-        cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1),
+        cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1,
+                              meter.served_tier),
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
     )

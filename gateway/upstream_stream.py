@@ -54,6 +54,7 @@ class Meter:
     done: bool = False
     prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
     usage_estimated: bool = False
+    served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
 
     def settle_usage(self) -> None:
         """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""

@@ -4,13 +4,19 @@ Anthropic Messages (`claude`, `claude-fast`), OpenAI Responses (`gpt`) and chat 
     a   claude (api: anthropic)
     r   gpt (api: openai-responses)
     c   claude-fast (anthropic, service_tier fast, tier fast), then open (chat, standard)
+    s   claude-fast's model at Anthropic's standard tier (its price)
+    p   gpt at OpenAI's priority tier (r is its default tier)
+    o   open at service_tier flex (chat completions)
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -37,7 +43,14 @@ def sim() -> Iterator[SimProcess]:
 def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
     catalogue = catalogue_for(sim, {
         "a": [{"sim": "claude", "api": "anthropic", "model": "claude-sonnet-4-6"}],
-        "r": [{"sim": "gpt", "api": "openai-responses", "model": "gpt-5"}],
+        "r": [{"sim": "gpt", "api": "openai-responses", "model": "gpt-5", "price": {"input": 1.25, "output": 10.0}}],
+        # OpenAI's priority tier of the same provider and model: "r" above is its default tier.
+        "p": [{"sim": "gpt", "api": "openai-responses", "model": "gpt-5", "id": "gpt-priority", "tier": "fast",
+               "service_tier": "priority", "price": {"input": 2.5, "output": 20.0}}],
+        # Anthropic's standard tier of claude-fast's model: what a silent downgrade is charged at.
+        "s": [{"sim": "claude-fast", "api": "anthropic", "model": "claude-opus-4-6", "id": "claude-std",
+               "price": {"input": 5.0, "output": 25.0}}],
+        "o": [{"sim": "open", "service_tier": "flex", "id": "open-flex"}],
         "c": [{"sim": "claude-fast", "api": "anthropic", "tier": "fast", "service_tier": "fast",
                "model": "claude-opus-4-6", "price": {"input": 30.0, "output": 150.0}},
               {"sim": "open", "tier": "standard"}],
@@ -65,3 +78,28 @@ def sent(sim: SimProcess, endpoint: str, path: str) -> dict:  # type: ignore[typ
     bodies = [r["body"] for r in sim.requests(endpoint) if r["path"] == path]
     assert bodies, f"{endpoint} received no {path} request"
     return bodies[-1]  # type: ignore[no-any-return]
+
+
+def access_lines(gw: GatewayProcess, request_ids: set[str]) -> dict[str, dict]:  # type: ignore[type-arg]
+    """The access-log lines of `request_ids` (written by a background thread: waited for)."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = {}
+        for line in gw.logs().splitlines():
+            if line.startswith("{") and "request_id" in line:
+                entry = json.loads(line)
+                if entry.get("request_id") in request_ids:
+                    found[entry["request_id"]] = entry
+        if len(found) == len(request_ids) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def metric(gw: GatewayProcess, name: str, **labels: str) -> float:
+    text = httpx.get(f"{gw.url}/metrics").text
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    assert want is not None
+    return 0.0
