@@ -47,6 +47,10 @@ class ChatRequest:
     api: str = "chat"  # the client API it came in by (gateway/apis/): chat, responses, messages, ...
     upstream: str = "chat"  # the API it is forwarded as: chat, completions or embeddings
     origin: Any = None  # the client API's own parsed request, kept for rendering the answer in its shape
+    # The client's body as sent (Messages, Responses) and its `anthropic-beta` header: what an
+    # endpoint speaking the same API is passed (gateway/upstreams/), untranslated.
+    client_body: dict[str, Any] | None = None
+    client_betas: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import Outcome
 from gateway.upstream_stream import UpstreamStream
+from gateway.upstreams.passthrough import NativeAnswer, PassThrough
 
 CHAT = ChatApi()
 
@@ -108,8 +109,10 @@ class Serving:
 
     async def resume(self, broken: UpstreamStream, text: str) -> UpstreamStream | None:
         assert self.ctx.plan is not None
-        # Continuing after a prefix is a chat-completions feature; a legacy completion cannot.
-        if not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat":
+        # Continuing after a prefix is a chat-completions feature; a legacy completion cannot, nor can
+        # a pass-through answer (the client has the upstream's own events).
+        if (not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat"
+                or broken.native is not None):
             return None
         await broken.aclose()
         try:
@@ -251,8 +254,10 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
     ctx = serving.ctx
     try:
         stream = serving.served.stream
-        collected = await collect(stream, stream.endpoint.model, serving.resume, api.assembler(ctx.request))
-        completion = api.render_json(collected, ctx.request)
+        native = stream.native  # same API in and out: the upstream's own answer (upstreams/passthrough.py)
+        assembler = api.assembler(ctx.request) if native is None else NativeAnswer(native)
+        collected = await collect(stream, stream.endpoint.model, serving.resume, assembler)
+        completion = api.render_json(collected, ctx.request) if native is None else collected
         served = serving.served.stream  # after a mid-stream continuation, not the stream it began on
         if served.served_tier is not None:
             headers["x-ultraroute-served-tier"] = served.served_tier
@@ -281,6 +286,8 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
     serving = Serving(services, ctx, served)
     if chat.stream:
         renderer = api.stream_renderer(chat, endpoint.model)
+        if renderer is not None and served.stream.native is not None:
+            renderer = PassThrough(served.stream.native, renderer)  # the upstream's own events
         if renderer is not None:
             body = _render_stream(serving, renderer, api)
         else:

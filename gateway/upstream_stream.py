@@ -113,6 +113,8 @@ def _token_kind(choice: dict[str, Any], delta: dict[str, Any] | None) -> str | N
 
 
 class UpstreamStream:
+    native: Any = None  # a pass-through translator (upstreams/passthrough.py): the client gets its events
+
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
                  lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False) -> None:
         self.endpoint = endpoint
@@ -347,6 +349,8 @@ class TranslatedStream(UpstreamStream):
                  lag: LoopLag | None = None, *, translator: Translator) -> None:
         super().__init__(endpoint, response, meter, stall_s, lag)
         self.translator = translator
+        if getattr(translator, "passthrough", False):
+            self.native = translator
 
     @property
     def served_tier(self) -> str | None:

@@ -18,6 +18,7 @@ rendered in Anthropic's shape (`errors.error_body(..., "anthropic")`); answers b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -204,8 +205,10 @@ class MessagesApi(ClientApi):
 
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
-        return chat_request_from(translate(parse_json_body(raw, limits)), headers, request_id, limits,
-                                 api=self.name)
+        body = parse_json_body(raw, limits)
+        chat = chat_request_from(translate(body), headers, request_id, limits, api=self.name)
+        # Kept for an anthropic endpoint, which is passed the body as sent (gateway/upstreams/anthropic.py).
+        return replace(chat, client_body=body, client_betas=headers.get("anthropic-beta"))
 
     def render_json(self, result: dict[str, Any], chat: ChatRequest) -> dict[str, Any]:
         return render_message(result, chat.model)

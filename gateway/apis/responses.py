@@ -252,8 +252,11 @@ class ResponsesApi(ClientApi):
 
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
-        chat_body, call = translate(parse_json_body(raw, limits))
-        return chat_request_from(chat_body, headers, request_id, limits, api=self.name, origin=call)
+        body = parse_json_body(raw, limits)
+        chat_body, call = translate(body)
+        chat = chat_request_from(chat_body, headers, request_id, limits, api=self.name, origin=call)
+        # Kept for an openai-responses endpoint, passed the body as sent (gateway/upstreams/openai_responses.py).
+        return replace(chat, client_body=body)
 
     async def recall(self, chat: ChatRequest, services: Services, client: ApiKey | None) -> ChatRequest:
         call: ResponsesCall = chat.origin

@@ -18,6 +18,7 @@ chunk, `overloaded_error` (Anthropic's 529) as a 503.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import orjson
@@ -27,6 +28,10 @@ from gateway.context import ChatRequest
 from gateway.upstreams.wire import DONE, ChunkHead, Outgoing, chat_usage, error_chunk, loads
 
 FAST_BETA = "fast-mode-2026-02-01"
+# The gateway's own fields of a Messages request (routing; `speed` is the endpoint's to set), never
+# passed on; `fallbacks` (Anthropic's server-side fallback) is the gateway's to act on, not twice.
+GATEWAY_FIELDS = frozenset({"provider", "speed", "models", "session_id", "route", "transforms", "usage",
+                            "fallbacks"})
 DEFAULT_MAX_TOKENS = 4096
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
           "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length"}
@@ -146,11 +151,26 @@ def speed_headers(endpoint: Endpoint, betas: str | None = None) -> dict[str, str
     return {"anthropic-beta": ",".join(values)} if values else None
 
 
+def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """A Messages client's body as sent, for an anthropic endpoint: unknown fields kept; `model`
+    the endpoint's, the gateway's own fields out, the endpoint's extra_body in, always streaming."""
+    body = {k: v for k, v in client.items() if k not in GATEWAY_FIELDS}
+    body["model"] = endpoint.upstream_model
+    body["stream"] = True
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
 def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
-    body = messages_body(request.body, endpoint)
+    if request.api == "messages" and request.client_body is not None:  # same API in and out: lossless
+        body = passthrough_body(request.client_body, endpoint)
+        translator: Any = partial(MessagesPassThrough, endpoint.model, not request.stream)
+    else:
+        body, translator = messages_body(request.body, endpoint), MessagesTranslator
     if endpoint.service_tier is not None:
         body["speed"] = endpoint.service_tier
-    return Outgoing(orjson.dumps(body), "/messages", speed_headers(endpoint), MessagesTranslator)
+    return Outgoing(orjson.dumps(body), "/messages", speed_headers(endpoint, request.client_betas), translator)
 
 
 class MessagesTranslator:
@@ -171,6 +191,9 @@ class MessagesTranslator:
         event = loads(payload)
         if event is None:
             return [payload]  # malformed: the reader counts it
+        return self.translate(event)
+
+    def translate(self, event: dict[str, Any]) -> list[bytes]:
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta") or {}
@@ -218,3 +241,74 @@ class MessagesTranslator:
             etype = error.get("type")
             return [error_chunk(str(error.get("message") or "upstream error"), ERROR_STATUS.get(etype, 502), etype)]
         return []  # ping, content_block_stop
+
+
+class MessagesPassThrough(MessagesTranslator):
+    """Pass-through for a Messages client: every event is still translated (so it is measured),
+    and kept as it came -- thinking with its signature, tool_use, unknown blocks -- for the client:
+    as SSE events to `take()` while streaming, or assembled into the `message` (`result()`) when
+    `whole`. Only `message.model` becomes the public name."""
+
+    passthrough = True
+
+    def __init__(self, model: str, whole: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole = whole
+        self._out: list[bytes] = []
+        self._seen: list[dict[str, Any]] = []
+
+    def events(self, payload: bytes) -> list[bytes]:
+        event = loads(payload)
+        if event is None:
+            return [payload]
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            event["message"]["model"] = self.model
+            payload = orjson.dumps(event)
+        if self.whole:
+            self._seen.append(event)
+        elif kind != "error":  # an error event is rendered by the gateway, as any failure is
+            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+        return self.translate(event)
+
+    def take(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def result(self) -> dict[str, Any]:
+        return assemble_message(self._seen)
+
+
+def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `message` object a stream of Messages events makes, blocks as they came."""
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial_json: dict[int, str] = {}
+    for event in events:
+        kind, index = event.get("type"), event.get("index")
+        if kind == "message_start":
+            message = {**(event.get("message") or {}), "content": []}
+        elif kind == "content_block_start" and isinstance(index, int):
+            blocks[index] = dict(event.get("content_block") or {})
+        elif kind == "content_block_delta" and index in blocks:
+            block, delta = blocks[index], event.get("delta") or {}
+            for field, key in (("text", "text"), ("thinking", "thinking"), ("partial_json", None)):
+                if field in delta and key is not None:
+                    block[key] = block.get(key, "") + str(delta[field])
+            if "partial_json" in delta:
+                partial_json[index] = partial_json.get(index, "") + str(delta["partial_json"])
+            if "signature" in delta:
+                block["signature"] = delta["signature"]
+            if "citation" in delta:
+                block.setdefault("citations", []).append(delta["citation"])
+        elif kind == "content_block_stop" and index in partial_json:
+            try:
+                blocks[index]["input"] = orjson.loads(partial_json[index] or "{}")
+            except orjson.JSONDecodeError:
+                blocks[index]["input"] = {}
+        elif kind == "message_delta":
+            message.update(event.get("delta") or {})
+            message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message

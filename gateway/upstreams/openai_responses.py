@@ -16,6 +16,7 @@ error chunk.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import orjson
@@ -82,7 +83,31 @@ def responses_body(chat: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
     return body
 
 
+# The gateway's own fields of a Responses request: routing, and the conversation store, which is
+# the gateway's (the upstream is asked `store: false`).
+GATEWAY_FIELDS = frozenset({"provider", "speed", "models", "session_id", "route", "transforms", "usage",
+                            "service_tier", "store", "previous_response_id"})
+
+
+def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """A Responses client's body as sent, for an openai-responses endpoint: unknown fields kept;
+    `model` the endpoint's, the gateway's own fields out, extra_body in, streaming, not stored."""
+    body = {k: v for k, v in client.items() if k not in GATEWAY_FIELDS}
+    body.update(model=endpoint.upstream_model, stream=True, store=False)
+    if endpoint.service_tier is not None:
+        body["service_tier"] = endpoint.service_tier
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
 def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
+    client = request.client_body
+    # Same API in and out: lossless. A continuation of a stored response is not: its history is the
+    # gateway's, in chat messages, so it is translated.
+    if request.api == "responses" and client is not None and client.get("previous_response_id") is None:
+        translator: Any = partial(ResponsesPassThrough, endpoint.model, not request.stream)
+        return Outgoing(orjson.dumps(passthrough_body(client, endpoint)), "/responses", None, translator)
     return Outgoing(orjson.dumps(responses_body(request.body, endpoint)), "/responses", None, ResponsesTranslator)
 
 
@@ -111,6 +136,9 @@ class ResponsesTranslator:
         event = loads(payload)
         if event is None:
             return [payload]  # malformed: the reader counts it
+        return self.translate(event)
+
+    def translate(self, event: dict[str, Any]) -> list[bytes]:
         kind = event.get("type")
         if kind == "response.output_text.delta":
             return [self.head.chunk({"content": event.get("delta", "")})]
@@ -140,3 +168,41 @@ class ResponsesTranslator:
             status = 429 if event.get("code") == "rate_limit_exceeded" else 502
             return [error_chunk(str(event.get("message") or "upstream error"), status, event.get("code"))]
         return []
+
+
+class ResponsesPassThrough(ResponsesTranslator):
+    """Pass-through for a Responses client: every event still translated (so it is measured) and
+    kept as it came -- reasoning items with encrypted_content, unknown items -- for the client: as
+    SSE events to `take()` while streaming, or the final `response` (`result()`) when `whole`. Only
+    `response.model` becomes the public name."""
+
+    passthrough = True
+
+    def __init__(self, model: str, whole: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole = whole
+        self._out: list[bytes] = []
+        self._final: dict[str, Any] = {}
+
+    def events(self, payload: bytes) -> list[bytes]:
+        event = loads(payload)
+        if event is None:
+            return [payload]
+        kind = event.get("type")
+        response = event.get("response")
+        if isinstance(response, dict) and "model" in response:
+            response["model"] = self.model
+            payload = orjson.dumps(event)
+            if kind in ("response.completed", "response.incomplete"):
+                self._final = response
+        if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
+            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+        return self.translate(event)
+
+    def take(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def result(self) -> dict[str, Any]:
+        return self._final

@@ -1,0 +1,83 @@
+"""End to end: same API in and out is lossless. A Messages client (official `anthropic` SDK) on an
+`anthropic` endpoint and a Responses client (official `openai` SDK) on an `openai-responses`
+endpoint get pass-through: the body as sent (unknown fields too; `model`, the gateway's fields and
+the endpoint's `speed` aside), the client's betas merged with the gateway's, and the answer's blocks
+and items unchanged -- thinking with its signature, reasoning with encrypted_content -- streamed or
+not, while the gateway still measures every request."""
+
+from __future__ import annotations
+
+import uuid
+
+from gateway.simulator.native_payloads import signature
+from gateway.simulator.testing import SimProcess
+from gateway.upstreams.anthropic import FAST_BETA
+from tests.harness import GatewayProcess
+from tests.upstreams.conftest import access_lines, chat, claude, sent
+
+HELLO = [{"role": "user", "content": "Say hello"}]
+SYSTEM = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
+INTERLEAVED = "interleaved-thinking-2025-05-14"
+
+
+def test_messages_body_unknown_fields_and_betas_pass_through(gw: GatewayProcess, sim: SimProcess) -> None:
+    unknown = {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}, "brand_new_field": [1, 2]}
+    claude(gw).messages.create(model="c", max_tokens=6, system=SYSTEM, messages=HELLO,  # type: ignore[arg-type]
+                               thinking={"type": "enabled", "budget_tokens": 1024}, metadata={"user_id": "u1"},
+                               extra_body={**unknown, "speed": "fast", "provider": {"sort": "latency"}},
+                               extra_headers={"anthropic-beta": INTERLEAVED})
+    body = sent(sim, "claude-fast", "/messages")
+    assert body == {"model": "claude-opus-4-6", "max_tokens": 6, "system": SYSTEM, "messages": HELLO,
+                    "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u1"},
+                    **unknown, "stream": True, "speed": "fast"}  # the endpoint's speed; no `provider`
+    assert sim.requests("claude-fast")[-1]["headers"]["anthropic-beta"] == f"{INTERLEAVED},{FAST_BETA}"
+
+
+def test_messages_stream_keeps_thinking_signatures_and_is_measured(gw: GatewayProcess, sim: SimProcess) -> None:
+    request_id = f"pt-{uuid.uuid4().hex[:12]}"
+    with claude(gw).messages.stream(model="a", max_tokens=64, messages=HELLO,  # type: ignore[arg-type]
+                                    extra_headers={"x-request-id": request_id}) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    thinking, text = final.content
+    assert thinking.type == "thinking" and thinking.signature == signature(thinking.thinking)
+    assert text.type == "text" and len(text.text.split()) == 8 and final.model == "a"
+    assert kinds.count("content_block_start") == 2 and kinds[-1] == "message_stop"
+    line = access_lines(gw, {request_id})[request_id]
+    assert line["tokens"]["output"] == 11 and line["ttft_ms"] > 0 and line["served_tier"] == "standard"
+    # The conversation continues with the thinking block sent back intact.
+    claude(gw).messages.create(model="a", max_tokens=4, messages=[  # type: ignore[arg-type]
+        *HELLO, {"role": "assistant", "content": final.content}, {"role": "user", "content": "More"}])
+    assert sent(sim, "claude", "/messages")["messages"][1]["content"][0] == {
+        "type": "thinking", "thinking": thinking.thinking, "signature": thinking.signature}
+
+
+def test_messages_json_answer_keeps_thinking_and_tool_use(gw: GatewayProcess) -> None:
+    message = claude(gw).messages.create(model="a", max_tokens=64, messages=HELLO)  # type: ignore[arg-type]
+    thinking, text = message.content
+    assert thinking.type == "thinking" and thinking.signature == signature(thinking.thinking)
+    assert text.type == "text" and message.stop_reason == "end_turn" and message.usage.speed == "standard"
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    used = claude(gw).messages.create(model="a", max_tokens=64, messages=HELLO, tools=[tool])  # type: ignore[arg-type, list-item]
+    assert used.stop_reason == "tool_use" and used.content[-1].type == "tool_use" and used.content[-1].input
+
+
+def test_responses_pass_through_keeps_reasoning_items(gw: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("gpt", reasoning_tokens=3)
+    c = chat(gw)
+    extra = {"prompt_cache_key": "k1", "brand_new_field": {"a": 1}}
+    response = c.responses.create(model="r", input="Say hello", include=["reasoning.encrypted_content"],
+                                  reasoning={"effort": "low"}, truncation="auto", extra_body=extra)
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content == signature(reasoning.summary[0].text)
+    assert message.type == "message" and response.model == "r" and response.service_tier == "default"
+    body = sent(sim, "gpt", "/responses")
+    assert body == {"model": "gpt-5", "input": "Say hello", "include": ["reasoning.encrypted_content"],
+                    "reasoning": {"effort": "low"}, "truncation": "auto", **extra, "stream": True, "store": False}
+    with c.responses.stream(model="r", input=[{"role": "user", "content": "Say hello"}, reasoning.model_dump(
+            exclude_none=True)], include=["reasoning.encrypted_content"]) as stream:  # type: ignore[list-item]
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and "response.reasoning_summary_text.delta" in kinds
+    assert final.output[0].type == "reasoning" and final.output[0].encrypted_content  # type: ignore[union-attr]
+    assert sent(sim, "gpt", "/responses")["input"][1]["encrypted_content"] == reasoning.encrypted_content
