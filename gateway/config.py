@@ -54,8 +54,12 @@ class PriceFile(_Frozen):
     """USD per 1M tokens."""
 
     input: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # cache reads (Anthropic's cache_read_input_tokens)
     output: float = Field(ge=0)
+    # Anthropic's prompt-cache writes (cache_creation_input_tokens): 5-minute and 1-hour lifetimes.
+    # Unset: charged as input (cache_write_1h: at cache_write).
+    cache_write: float | None = Field(default=None, ge=0)
+    cache_write_1h: float | None = Field(default=None, ge=0)
 
 
 class AdvertisedFile(_Frozen):

@@ -88,6 +88,7 @@ class ChatJob:
     asked_tier: Any = None  # the request's `speed` (Messages) or `service_tier`
     served_tier: str | None = None  # the tier reported in the answer (None: none, for chat unasked)
     cache_write: bool = False  # a Messages request with cache_control: its uncached prompt is written
+    cache_write_1h: bool = False  # ... with a one-hour lifetime (`ttl: "1h"`)
     encrypted_reasoning: bool = False  # a Responses request that includes reasoning.encrypted_content
 
     @property

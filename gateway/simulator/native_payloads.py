@@ -85,7 +85,10 @@ class MessagesWriter:
 
     def _usage(self, output: int) -> dict[str, Any]:
         fresh, read, written = _tokens(self._job)
+        hour = self._job.cache_write_1h
         return {"input_tokens": fresh, "cache_creation_input_tokens": written, "cache_read_input_tokens": read,
+                "cache_creation": {"ephemeral_5m_input_tokens": 0 if hour else written,
+                                   "ephemeral_1h_input_tokens": written if hour else 0},
                 "output_tokens": output, "service_tier": "standard", "speed": self._job.served_tier}
 
     def _start(self) -> bytes:

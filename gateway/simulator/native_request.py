@@ -133,5 +133,6 @@ def parse_native_request(raw: bytes, profile: EndpointProfile, kind: str) -> Cha
     job.asked_tier = body.get("speed" if kind == "messages" else "service_tier")
     job.served_tier = served_tier(profile, job.asked_tier, kind)
     job.cache_write = b"cache_control" in raw
+    job.cache_write_1h = job.cache_write and b'"1h"' in raw
     job.encrypted_reasoning = kind == "responses" and "reasoning.encrypted_content" in (body.get("include") or ())
     return job

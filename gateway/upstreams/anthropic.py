@@ -182,6 +182,7 @@ class MessagesTranslator:
         self._input = (0, 0, 0)  # input, cache read, cache write
         self._tools: dict[int, int] = {}  # content block index -> tool call index
         self._stop: str | None = None
+        self._hour: dict[str, Any] | None = None  # message_start's cache_creation split (5m, 1h)
 
     def _note_usage(self, usage: Any) -> None:
         if isinstance(usage, dict) and isinstance(usage.get("speed"), str):
@@ -221,6 +222,7 @@ class MessagesTranslator:
             self._note_usage(usage)
             self._input = (int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0),
                            int(usage.get("cache_creation_input_tokens") or 0))
+            self._hour = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else None
             return [self.head.chunk({"role": "assistant", "content": ""})]
         if kind == "message_delta":
             self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
@@ -232,6 +234,9 @@ class MessagesTranslator:
             read = int(usage.get("cache_read_input_tokens") or read)
             write = int(usage.get("cache_creation_input_tokens") or write)
             total = chat_usage(fresh + read + write, int(usage.get("output_tokens") or 0), read, write)
+            hour = (usage.get("cache_creation") or self._hour or {}).get("ephemeral_1h_input_tokens")
+            if hour:  # the 1-hour writes among them, priced apart
+                total["cache_creation_1h_input_tokens"] = int(hour)
             return [self.head.chunk(finish=FINISH.get(self._stop or "end_turn", "stop")),
                     self.head.usage_chunk(total, self.served_tier)]
         if kind == "message_stop":

@@ -7,6 +7,7 @@ Anthropic Messages (`claude`, `claude-fast`), OpenAI Responses (`gpt`) and chat 
     s   claude-fast's model at Anthropic's standard tier (its price)
     p   gpt at OpenAI's priority tier (r is its default tier)
     o   open at service_tier flex (chat completions)
+    w   claude with prompt-cache prices
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
         "s": [{"sim": "claude-fast", "api": "anthropic", "model": "claude-opus-4-6", "id": "claude-std",
                "price": {"input": 5.0, "output": 25.0}}],
         "o": [{"sim": "open", "service_tier": "flex", "id": "open-flex"}],
+        # Prompt-cache prices: reads, 5-minute and 1-hour writes.
+        "w": [{"sim": "claude", "api": "anthropic", "model": "claude-haiku-4-5", "id": "claude-cache",
+               "price": {"input": 1.0, "cached_input": 0.1, "cache_write": 1.25, "cache_write_1h": 2.0,
+                         "output": 5.0}}],
         "c": [{"sim": "claude-fast", "api": "anthropic", "tier": "fast", "service_tier": "fast",
                "model": "claude-opus-4-6", "price": {"input": 30.0, "output": 150.0}},
               {"sim": "open", "tier": "standard"}],
