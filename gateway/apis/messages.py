@@ -9,6 +9,7 @@
                         disable_parallel_tool_use -> parallel_tool_calls: false
     max_tokens (required), stop_sequences -> stop, temperature, top_p, stream
     provider, speed, models, session_id   the gateway's routing fields, as in chat
+    fallbacks           Anthropic's server-side fallbacks: their models become `models` (never forwarded)
 
 The client key may come as `x-api-key` (the Anthropic SDK's header) or as a bearer token
 (access/gate.py); `anthropic-version` and `anthropic-beta` are accepted and not needed. Errors are
@@ -206,7 +207,12 @@ class MessagesApi(ClientApi):
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
         body = parse_json_body(raw, limits)
-        chat = chat_request_from(translate(body), headers, request_id, limits, api=self.name)
+        chat_body = translate(body)
+        fallbacks = body.get("fallbacks")  # Anthropic's server-side fallback: the gateway's own `models`
+        if isinstance(fallbacks, list) and "models" not in chat_body:
+            chat_body["models"] = [f["model"] for f in fallbacks
+                                   if isinstance(f, dict) and isinstance(f.get("model"), str)]
+        chat = chat_request_from(chat_body, headers, request_id, limits, api=self.name)
         # Kept for an anthropic endpoint, which is passed the body as sent (gateway/upstreams/anthropic.py).
         return replace(chat, client_body=body, client_betas=headers.get("anthropic-beta"))
 

@@ -124,3 +124,15 @@ def test_an_anthropic_error_reaches_the_client_in_its_shape(gw: GatewayProcess, 
         assert "Simulated upstream error 400" in str(err)
     else:
         raise AssertionError("the 400 was not passed on")
+
+
+def test_server_side_fallbacks_become_the_gateways_models(gw: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("claude", faults={"error_rate": 1.0, "error_status": 503})
+    raw = claude(gw).messages.with_raw_response.create(
+        model="a", max_tokens=4, messages=HELLO,  # type: ignore[arg-type]
+        extra_body={"fallbacks": [{"model": "r", "max_tokens": 4}]},
+        extra_headers={"anthropic-beta": "server-side-fallback-2026-07-01"})
+    assert raw.parse().content[0].type == "text"
+    assert raw.headers["x-ultraroute-endpoint"] == "gpt"  # model r, on another provider and API
+    assert "fallbacks" not in sent(sim, "claude", "/messages")  # never acted on twice
+    assert "fallbacks" not in sent(sim, "gpt", "/responses")
