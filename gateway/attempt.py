@@ -18,7 +18,7 @@ import orjson
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
 from gateway.errors import GatewayError, UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.retry import rate_limit_exhausted, retry_after
+from gateway.retry import anthropic_limit_exhausted, rate_limit_exhausted, retry_after
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
@@ -100,9 +100,10 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing,
     if body.translator is None:
         stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
                                 first_token_early=streaming)
+        stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     else:
         stream = TranslatedStream(endpoint, response, meter, stall_s, lag, translator=body.translator())
-    stream.exhausted_for_s = rate_limit_exhausted(response.headers)
+        stream.exhausted_for_s = anthropic_limit_exhausted(response.headers)
     try:
         await stream.open_gate(budget)
     except BaseException:

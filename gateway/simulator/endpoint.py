@@ -213,6 +213,18 @@ class Endpoint:
             self.active -= 1
             self._stats.finish(attempt, loop.time() - req.arrived)
 
+    def _limit_headers(self, profile: EndpointProfile, job: ChatJob) -> list[tuple[str, str]]:
+        """Anthropic's rate-limit headers on a Messages answer, from the requests-per-minute card."""
+        if job.kind != "messages" or not profile.requests_per_minute:
+            return []
+        rpm = profile.requests_per_minute
+        left = int(self._rpm_left)
+        reset = time.time() + (1.0 - (self._rpm_left - left)) * 60.0 / rpm  # when the next request is free
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(reset)) + f".{int(reset % 1 * 1000):03d}Z"
+        return [("anthropic-ratelimit-requests-limit", str(rpm)),
+                ("anthropic-ratelimit-requests-remaining", str(left)),
+                ("anthropic-ratelimit-requests-reset", stamp)]
+
     def _take_rpm(self, rpm: int) -> bool:
         now = time.monotonic()
         self._rpm_left = min(float(rpm), self._rpm_left + (now - self._rpm_at) * rpm / 60.0)
@@ -322,7 +334,7 @@ class Endpoint:
         if not job.stream:
             attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
             body = completion_body(job) if job.kind in ("chat", "completions") else native_writer(job).body()
-            conn.send(200, body, [("x-simulator-endpoint", self.name)])
+            conn.send(200, body, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)])
             attempt.tokens = n
         attempt.status = 200
         attempt.outcome = "malformed" if plan.malformed else "no_done" if plan.no_done else "ok"
@@ -364,7 +376,8 @@ class Endpoint:
         first, last = payload(0, min(1, stop))
         attempt.status = 200
         attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
-        conn.start_stream(200, [("x-simulator-endpoint", self.name)], first_chunk=first, last=last)
+        conn.start_stream(200, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)],
+                          first_chunk=first, last=last)
         if stop > 1:
 
             def emit(a: int, b: int) -> None:

@@ -136,3 +136,17 @@ def test_server_side_fallbacks_become_the_gateways_models(gw: GatewayProcess, si
     assert raw.headers["x-ultraroute-endpoint"] == "gpt"  # model r, on another provider and API
     assert "fallbacks" not in sent(sim, "claude", "/messages")  # never acted on twice
     assert "fallbacks" not in sent(sim, "gpt", "/responses")
+
+
+def test_anthropic_rate_limit_headers_cool_the_endpoint_down(gw: GatewayProcess, sim: SimProcess) -> None:
+    # Two requests a minute: the second answer says none is left (anthropic-ratelimit-requests-remaining: 0).
+    served = []
+    for _ in range(3):
+        raw = chat(gw).chat.completions.with_raw_response.create(model="l", max_tokens=4, messages=HELLO,  # type: ignore[arg-type]
+                                                                 extra_body=FAST)
+        raw.parse()
+        served.append((raw.headers["x-ultraroute-endpoint"], raw.headers.get("x-ultraroute-fallback", "")))
+    assert served[:2] == [("claude-limited", ""), ("claude-limited", "")]
+    # The third is not sent there to be refused: the gateway waits out the reset the headers gave.
+    assert served[2] == ("open", "claude-limited->open (cooldown)")
+    assert sim.stats("claude-limited")["requests"] == 2
