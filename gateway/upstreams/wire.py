@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -24,8 +24,9 @@ class Translator(Protocol):
     def events(self, payload: bytes) -> list[bytes]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
+class Outgoing(NamedTuple):
+    """(A tuple: made once per attempt, and a frozen dataclass costs a setattr call per field.)"""
+
     body: bytes
     path: str  # under the provider's base_url
     headers: Mapping[str, str] | None = None  # besides the provider's own
