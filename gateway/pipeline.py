@@ -81,14 +81,15 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     else:
         outcome, status = Outcome.OK, 200
     session_key = ctx.plan.session_key if ctx.plan else None
-    tier = stream.served_tier
+    tier, asked = stream.served_tier, stream.endpoint.service_tier
     if tier is not None:
         stream.meter.served_tier = tier  # priced at the tier that served
-        asked = stream.endpoint.service_tier
         if asked is not None and tier != asked:
             services.metrics.served_tier_mismatch(stream.endpoint, asked, tier)
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
+    if tier is not None and asked is not None:  # after record: a half-open request is judged here too
+        services.health.served_tier(stream.endpoint, tier != asked)
     services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,

@@ -8,6 +8,7 @@ Anthropic Messages (`claude`, `claude-fast`), OpenAI Responses (`gpt`) and chat 
     p   gpt at OpenAI's priority tier (r is its default tier)
     o   open at service_tier flex (chat completions)
     w   claude with prompt-cache prices
+    d   claude-down (anthropic fast, for demotion after silent downgrades), then open
     l   claude-limited (anthropic, 2 requests a minute, with anthropic-ratelimit-* headers), then open
 """
 
@@ -37,7 +38,7 @@ RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "Wea
 def sim() -> Iterator[SimProcess]:
     profiles = {"claude": {**PROFILE, "reasoning_tokens": 3}, "claude-fast": PROFILE, "gpt": PROFILE,
                 "open": {**PROFILE, "tokens_per_second": 300},
-                "claude-limited": {**PROFILE, "requests_per_minute": 2}}
+                "claude-limited": {**PROFILE, "requests_per_minute": 2}, "claude-down": PROFILE}
     with SimProcess(make_sim_config(profiles)) as process:
         yield process
 
@@ -54,6 +55,8 @@ def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
         "s": [{"sim": "claude-fast", "api": "anthropic", "model": "claude-opus-4-6", "id": "claude-std",
                "price": {"input": 5.0, "output": 25.0}}],
         "o": [{"sim": "open", "service_tier": "flex", "id": "open-flex"}],
+        "d": [{"sim": "claude-down", "api": "anthropic", "tier": "fast", "service_tier": "fast"},
+              {"sim": "open", "tier": "standard"}],
         "l": [{"sim": "claude-limited", "api": "anthropic", "tier": "fast"}, {"sim": "open", "tier": "standard"}],
         # Prompt-cache prices: reads, 5-minute and 1-hour writes.
         "w": [{"sim": "claude", "api": "anthropic", "model": "claude-haiku-4-5", "id": "claude-cache",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
 from gateway.simulator.testing import SimProcess
@@ -83,3 +84,16 @@ def test_no_tier_reported_no_header(gw: GatewayProcess) -> None:
                                                              extra_body={"provider": {"only": ["open"]}})
     raw.parse()
     assert raw.headers["x-ultraroute-endpoint"] == "open" and "x-ultraroute-served-tier" not in raw.headers
+
+
+def test_a_fast_tier_that_keeps_serving_standard_is_demoted(gw: GatewayProcess, sim: SimProcess) -> None:
+    sim.patch("claude-down", faults={"downgrade_to": "standard"})
+    served = []
+    for _ in range(4):
+        _, headers = ask(gw, "d")
+        served.append((headers["x-ultraroute-endpoint"], headers.get("x-ultraroute-fallback", "")))
+    # Three answers in a row at standard: the fast tier is not what it is ranked as, and is demoted.
+    assert served[:3] == [("claude-down", "")] * 3
+    assert served[3] == ("open", "claude-down->open (downgraded)")
+    route = httpx.post(f"{gw.base_url}/route", json={"model": "d", "messages": HELLO, "speed": "fast"}).json()
+    assert {"endpoint": "claude-down", "reason": "downgraded"} in route["demoted"]
