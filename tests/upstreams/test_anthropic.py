@@ -150,3 +150,13 @@ def test_anthropic_rate_limit_headers_cool_the_endpoint_down(gw: GatewayProcess,
     # The third is not sent there to be refused: the gateway waits out the reset the headers gave.
     assert served[2] == ("open", "claude-limited->open (cooldown)")
     assert sim.stats("claude-limited")["requests"] == 2
+
+
+def test_an_overloaded_error_event_before_the_first_token_fails_over(gw: GatewayProcess, sim: SimProcess) -> None:
+    # Anthropic may also say `overloaded_error` as an SSE `error` event after a 200: before any token,
+    # the client has seen nothing, so the gateway fails over as for a 529.
+    sim.patch("claude-fast", faults={"error_event_rate": 1.0, "error_status": 529})
+    raw = chat(gw).chat.completions.with_raw_response.create(model="c", max_tokens=4, messages=HELLO,  # type: ignore[arg-type]
+                                                             extra_body=FAST)
+    assert raw.parse().choices[0].message.content and raw.headers["x-ultraroute-endpoint"] == "open"
+    assert raw.headers["x-ultraroute-fallback"].startswith("claude-fast->")
