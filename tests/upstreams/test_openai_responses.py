@@ -8,7 +8,7 @@ import json
 
 from gateway.simulator.testing import SimProcess
 from tests.harness import GatewayProcess
-from tests.upstreams.conftest import CHAT_TOOL, MESSAGES_TOOL, chat, claude, sent
+from tests.upstreams.conftest import CHAT_TOOL, MESSAGES_TOOL, RESPONSES_TOOL, chat, claude, sent
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 
@@ -61,3 +61,22 @@ def test_messages_client_plain_stream_and_tools(gw: GatewayProcess) -> None:
     second = c.messages.create(model="r", max_tokens=64, tools=[MESSAGES_TOOL],  # type: ignore[list-item]
                                messages=[*HELLO, {"role": "assistant", "content": first.content}, result])  # type: ignore[list-item]
     assert second.content[-1].type == "text" and second.stop_reason == "end_turn"
+
+
+def test_responses_client_passed_through_plain_streamed_and_tools(gw: GatewayProcess, sim: SimProcess) -> None:
+    c = chat(gw)
+    response = c.responses.create(model="r", input="Say hello", max_output_tokens=5)
+    assert response.status == "incomplete" and len(response.output_text.split()) == 5
+    with c.responses.stream(model="r", input="Say hello") as stream:
+        final = stream.get_final_response()
+    assert final.status == "completed" and len(final.output_text.split()) == 8 and final.model == "r"
+    first = c.responses.create(model="r", input="Weather?", tools=[RESPONSES_TOOL])  # type: ignore[list-item]
+    [call] = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "get_weather" and set(json.loads(call.arguments)) == {"city"}
+    second = c.responses.create(model="r", tools=[RESPONSES_TOOL], input=[  # type: ignore[list-item]
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert second.output_text and second.status == "completed"
+    assert sent(sim, "gpt", "/responses")["input"][2] == {"type": "function_call_output", "call_id": call.call_id,
+                                                          "output": "sunny"}  # as the client sent it
