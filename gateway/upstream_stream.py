@@ -28,7 +28,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.serve.lag import Budget, LoopLag
 from gateway.sse import DONE, SSEDecoder
 from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
-from gateway.upstreams.wire import Translator
+from gateway.upstreams.wire import END, Translator
 
 
 class StreamBroken(UpstreamError):
@@ -221,6 +221,13 @@ class UpstreamStream:
             if defer and tokens:
                 self._unparsed, self._unparsed_at = list(events), now
                 break
+        self._metered(tokens, answered, texts, now)
+        return chunks
+
+    def _metered(self, tokens: int, answered: bool, texts: list[str], now: float) -> None:
+        """What one read brought, into the meter: `tokens` token chunks (`answered`: some not
+        reasoning), choice 0's `texts`, all arrived at `now`."""
+        meter = self.meter
         if tokens:  # every event of one read arrived at `now`
             meter.token_chunks += tokens
             meter.t_last = now
@@ -232,7 +239,6 @@ class UpstreamStream:
             self.answer.extend(texts)  # only once the whole read is good: what the client will get
         if now >= self._check_at:
             self._report(now)
-        return chunks
 
     def _report(self, now: float) -> None:
         meter = self.meter
@@ -357,5 +363,40 @@ class TranslatedStream(UpstreamStream):
         return self.translator.served_tier
 
     def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
-        events = self.translator.events
-        return super()._parse([chunk for payload in payloads for chunk in events(payload)], now)
+        """As a chat stream's, from the translator's chunks: no JSON round trip. Their bytes are made
+        for a chat client's SSE only (a pass-through client gets the upstream's own events)."""
+        meter = self.meter
+        translate = self.translator.events
+        encode = self.native is None
+        out: list[Event] = []
+        texts: list[str] = []
+        tokens = 0
+        answered = False
+        for payload in payloads:
+            chunks = translate(payload)
+            if chunks is None:
+                meter.malformed += 1
+                continue
+            for chunk in chunks:
+                if chunk is END:
+                    meter.done = True
+                    continue
+                if "error" in chunk:
+                    raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+                choices = chunk["choices"]
+                if choices:
+                    delta = choices[0]["delta"]
+                    if delta.get("content"):
+                        tokens += 1
+                        answered = True
+                        texts.append(delta["content"])
+                    elif delta.get("tool_calls"):
+                        tokens += 1
+                        answered = True
+                    elif delta.get("reasoning_content"):
+                        tokens += 1
+                elif chunk.get("usage"):
+                    meter.usage = chunk["usage"]
+                out.append((orjson.dumps(chunk) if encode else b"", chunk))
+        self._metered(tokens, answered, texts, now)
+        return out

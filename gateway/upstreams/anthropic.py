@@ -11,7 +11,7 @@ Anthropic-compatible hosts demand fast-mode credits.
 
 Stream: message_start (id, model, input usage, `usage.speed`), content blocks (text_delta ->
 content, thinking_delta -> reasoning_content, tool_use + input_json_delta -> tool_calls), message_delta
-(stop_reason -> finish_reason, output usage), message_stop -> `[DONE]`; an `error` event -> an error
+(stop_reason -> finish_reason, output usage), message_stop -> the end (chat's `[DONE]`); an `error` event -> an error
 chunk, `overloaded_error` (Anthropic's 529) as a 503.
 """
 
@@ -25,7 +25,18 @@ import orjson
 
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
-from gateway.upstreams.wire import DONE, ChunkHead, Outgoing, chat_usage, error_chunk, loads
+from gateway.upstreams.wire import (
+    ANSWER_TOKEN,
+    END,
+    NO_TOKEN,
+    REASONING_TOKEN,
+    Chunk,
+    ChunkHead,
+    Outgoing,
+    chat_usage,
+    error_chunk,
+    loads,
+)
 
 FAST_BETA = "fast-mode-2026-02-01"
 # The gateway's own fields of a Messages request (routing; `speed` is the endpoint's to set), never
@@ -188,13 +199,13 @@ class MessagesTranslator:
         if isinstance(usage, dict) and isinstance(usage.get("speed"), str):
             self.served_tier = usage["speed"]
 
-    def events(self, payload: bytes) -> list[bytes]:
+    def events(self, payload: bytes) -> list[Chunk] | None:
         event = loads(payload)
         if event is None:
-            return [payload]  # malformed: the reader counts it
+            return None  # malformed: the reader counts it
         return self.translate(event)
 
-    def translate(self, event: dict[str, Any]) -> list[bytes]:
+    def translate(self, event: dict[str, Any]) -> list[Chunk]:
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta") or {}
@@ -240,12 +251,16 @@ class MessagesTranslator:
             return [self.head.chunk(finish=FINISH.get(self._stop or "end_turn", "stop")),
                     self.head.usage_chunk(total, self.served_tier)]
         if kind == "message_stop":
-            return [DONE]
+            return [END]
         if kind == "error":
             error = event.get("error") or {}
             etype = error.get("type")
             return [error_chunk(str(error.get("message") or "upstream error"), ERROR_STATUS.get(etype, 502), etype)]
         return []  # ping, content_block_stop
+
+
+_DELTA = b'{"type":"content_block_delta"'
+_DELTA_EVENT = b"event: content_block_delta\ndata: "
 
 
 class MessagesPassThrough(MessagesTranslator):
@@ -263,10 +278,16 @@ class MessagesPassThrough(MessagesTranslator):
         self._out: list[bytes] = []
         self._seen: list[dict[str, Any]] = []
 
-    def events(self, payload: bytes) -> list[bytes]:
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        if not self.whole and payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
+            self._out.append(_DELTA_EVENT + payload + b"\n\n")
+            # A JSON string escapes its quotes, so `"type":"..."` can only be the delta's own type.
+            if b'"type":"text_delta"' in payload or b'"type":"input_json_delta"' in payload:
+                return ANSWER_TOKEN
+            return REASONING_TOKEN if b'"type":"thinking_delta"' in payload else NO_TOKEN
         event = loads(payload)
         if event is None:
-            return [payload]
+            return None
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             event["message"]["model"] = self.model

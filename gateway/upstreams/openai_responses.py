@@ -9,7 +9,7 @@ temperature, top_p, parallel_tool_calls; the endpoint's `service_tier`.
 Stream: response.created (id, model) -> the role chunk; output_text deltas -> content; reasoning
 text and summary deltas -> reasoning_content; function_call items and their argument deltas ->
 tool_calls; response.completed / incomplete (usage with cached tokens, `service_tier`, why it
-stopped) -> the finish chunk, the usage chunk and `[DONE]`; response.failed and `error` -> an
+stopped) -> the finish chunk, the usage chunk and the end; response.failed and `error` -> an
 error chunk.
 """
 
@@ -23,7 +23,17 @@ import orjson
 
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
-from gateway.upstreams.wire import DONE, ChunkHead, Outgoing, chat_usage, error_chunk, loads
+from gateway.upstreams.wire import (
+    ANSWER_TOKEN,
+    END,
+    REASONING_TOKEN,
+    Chunk,
+    ChunkHead,
+    Outgoing,
+    chat_usage,
+    error_chunk,
+    loads,
+)
 
 
 def _parts(content: Any, role: str) -> Any:
@@ -119,7 +129,7 @@ class ResponsesTranslator:
         self.served_tier: str | None = None
         self._calls: dict[Any, int] = {}  # output_index -> tool call index
 
-    def _finish(self, response: dict[str, Any]) -> list[bytes]:
+    def _finish(self, response: dict[str, Any]) -> list[Chunk]:
         if isinstance(response.get("service_tier"), str):
             self.served_tier = response["service_tier"]
         usage = response.get("usage") or {}
@@ -130,15 +140,15 @@ class ResponsesTranslator:
         total = chat_usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
                            int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0),
                            reasoning=int((usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0))
-        return [self.head.chunk(finish=finish), self.head.usage_chunk(total, self.served_tier), DONE]
+        return [self.head.chunk(finish=finish), self.head.usage_chunk(total, self.served_tier), END]
 
-    def events(self, payload: bytes) -> list[bytes]:
+    def events(self, payload: bytes) -> list[Chunk] | None:
         event = loads(payload)
         if event is None:
-            return [payload]  # malformed: the reader counts it
+            return None  # malformed: the reader counts it
         return self.translate(event)
 
-    def translate(self, event: dict[str, Any]) -> list[bytes]:
+    def translate(self, event: dict[str, Any]) -> list[Chunk]:
         kind = event.get("type")
         if kind == "response.output_text.delta":
             return [self.head.chunk({"content": event.get("delta", "")})]
@@ -170,6 +180,13 @@ class ResponsesTranslator:
         return []
 
 
+_DELTA = b'{"type":"response.'
+# Delta events a pass-through forwards unparsed, and what each counts as for the meter.
+_DELTA_TOKENS = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_call_arguments.delta": ANSWER_TOKEN,
+                 b"response.reasoning_text.delta": REASONING_TOKEN,
+                 b"response.reasoning_summary_text.delta": REASONING_TOKEN}
+
+
 class ResponsesPassThrough(ResponsesTranslator):
     """Pass-through for a Responses client: every event still translated (so it is measured) and
     kept as it came -- reasoning items with encrypted_content, unknown items -- for the client: as
@@ -185,10 +202,18 @@ class ResponsesPassThrough(ResponsesTranslator):
         self._out: list[bytes] = []
         self._final: dict[str, Any] = {}
 
-    def events(self, payload: bytes) -> list[bytes]:
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        if payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
+            end = payload.find(b'"', len(_DELTA))
+            kind = payload[len(_DELTA) - len(b"response."):end]
+            token = _DELTA_TOKENS.get(kind)
+            if token is not None:
+                if not self.whole:
+                    self._out.append(b"event: " + kind + b"\ndata: " + payload + b"\n\n")
+                return token
         event = loads(payload)
         if event is None:
-            return [payload]
+            return None
         kind = event.get("type")
         response = event.get("response")
         if isinstance(response, dict) and "model" in response:

@@ -1,8 +1,9 @@
 """What every upstream API module makes: the request to send, and the translator of its stream.
 
 `Outgoing` is one request on the wire. A `Translator` reads one upstream API's SSE events (their
-`data:` payloads, in order) and returns the chat-completion chunk payloads they mean, `DONE` at the
-end; it keeps what it needs between events (open blocks, usage) and the tier the provider reports
+`data:` payloads, in order) and returns the chat-completion chunks they mean (dicts, as the stream
+reader would have parsed them: no JSON round trip), `END` at the end, None for a malformed event; it
+keeps what it needs between events (open blocks, usage) and the tier the provider reports
 (`served_tier`). `chunk()` and `usage_chunk()` build those chunks in the shape the rest of the
 gateway reads.
 """
@@ -15,13 +16,21 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from gateway.sse import DONE
+Chunk = dict[str, Any]
+END: Chunk = {"object": "end"}  # the end of the answer (chat's `[DONE]`); compared by identity
+
+
+# What a pass-through stream's token events count as: the meter needs the kind of token, not its
+# text (the client gets the upstream's own event). Shared and never changed.
+ANSWER_TOKEN: list[Chunk] = [{"choices": [{"delta": {"content": "-"}}]}]
+REASONING_TOKEN: list[Chunk] = [{"choices": [{"delta": {"reasoning_content": "-"}}]}]
+NO_TOKEN: list[Chunk] = []
 
 
 class Translator(Protocol):
     served_tier: str | None
 
-    def events(self, payload: bytes) -> list[bytes]: ...
+    def events(self, payload: bytes) -> list[Chunk] | None: ...
 
 
 class Outgoing(NamedTuple):
@@ -41,22 +50,22 @@ class ChunkHead:
     model: str = ""
     created: int = 0
 
-    def chunk(self, delta: dict[str, Any] | None = None, finish: str | None = None) -> bytes:
+    def chunk(self, delta: dict[str, Any] | None = None, finish: str | None = None) -> Chunk:
         choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-        return orjson.dumps({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                             "model": self.model, "choices": [choice]})
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [choice]}
 
-    def usage_chunk(self, usage: dict[str, Any], tier: str | None) -> bytes:
-        out: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                               "model": self.model, "choices": [], "usage": usage}
+    def usage_chunk(self, usage: dict[str, Any], tier: str | None) -> Chunk:
+        out: Chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                      "model": self.model, "choices": [], "usage": usage}
         if tier is not None:
             out["service_tier"] = tier
-        return orjson.dumps(out)
+        return out
 
 
-def error_chunk(message: str, status: int, kind: str | None) -> bytes:
+def error_chunk(message: str, status: int, kind: str | None) -> Chunk:
     """An error event as the stream reader raises it (its `code`: the HTTP status it stands for)."""
-    return orjson.dumps({"error": {"message": message, "type": kind, "code": status}})
+    return {"error": {"message": message, "type": kind, "code": status}}
 
 
 def chat_usage(prompt: int, completion: int, cached: int = 0, cache_write: int = 0,
@@ -81,4 +90,5 @@ def loads(payload: bytes) -> dict[str, Any] | None:
     return value if type(value) is dict else None
 
 
-__all__ = ["DONE", "ChunkHead", "Outgoing", "Translator", "chat_usage", "error_chunk", "loads"]
+__all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "Outgoing", "Translator",
+           "chat_usage", "error_chunk", "loads"]
