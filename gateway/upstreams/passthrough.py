@@ -48,7 +48,8 @@ class PassThrough:
         return self._native.take() + self._own.fail(err)
 
     def result(self) -> dict[str, Any] | None:
-        return None
+        """The finished answer object (a Responses answer is stored from it when the client asked)."""
+        return self._native.result() or None
 
 
 class NativeAnswer:

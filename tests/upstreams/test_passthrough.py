@@ -81,3 +81,16 @@ def test_responses_pass_through_keeps_reasoning_items(gw: GatewayProcess, sim: S
     assert kinds[0] == "response.created" and "response.reasoning_summary_text.delta" in kinds
     assert final.output[0].type == "reasoning" and final.output[0].encrypted_content  # type: ignore[union-attr]
     assert sent(sim, "gpt", "/responses")["input"][1]["encrypted_content"] == reasoning.encrypted_content
+
+
+def test_a_streamed_pass_through_response_is_stored_and_continued(gw: GatewayProcess, sim: SimProcess) -> None:
+    c = chat(gw)
+    with c.responses.stream(model="r", input="Remember the word cobalt", store=True) as stream:
+        first = stream.get_final_response()
+    assert sent(sim, "gpt", "/responses")["store"] is False  # the gateway keeps the conversation, not the upstream
+    follow = c.responses.create(model="r", input="Which word?", previous_response_id=first.id)
+    assert follow.output_text
+    history = sent(sim, "gpt", "/responses")["input"]  # translated: the stored turns, then the new one
+    assert history[0] == {"role": "user", "content": "Remember the word cobalt"}
+    assert history[1]["role"] == "assistant" and history[1]["content"] == first.output_text
+    assert history[-1] == {"role": "user", "content": "Which word?"}
