@@ -6,9 +6,12 @@
                   + recall: a stored conversation it continues        chat's is parse.py; sessions/)
     2. resolve    body > headers > model suffix > named policy > key's policy > default -> Preferences
     3. select     catalogue + live stats -> Plan: ordered candidates  (routing/)
-    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py)
+    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py), each asked in
+                  the API its provider speaks, its stream read as chat chunks  (upstreams/)
     5. relay      stream it to the client, or assemble the JSON       (relay.py), rendered in the
                   client API's shape: its JSON or its stream events   (apis/: render_json, stream_renderer)
+                  -- or, same API in and out, the upstream's own events and
+                  answer, passed through                              (upstreams/passthrough.py)
     6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
                   then the adapter's `after` (a Responses answer with `store: true` is stored)
 
