@@ -87,6 +87,8 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     tier, asked = stream.served_tier, stream.endpoint.service_tier
     if tier is not None:
         stream.meter.served_tier = tier  # priced at the tier that served
+        if asked == "auto":
+            asked = None  # OpenAI's "auto" leaves the tier to OpenAI: no tier was asked to compare with
         if asked is not None and tier != asked:
             services.metrics.served_tier_mismatch(stream.endpoint, asked, tier)
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
