@@ -174,6 +174,7 @@ class Upstreams:
         self._providers = dict(providers)
         self._transport_factory = transport_factory
         self._urls = {name: URL(p.base_url.rstrip("/") + "/chat/completions") for name, p in providers.items()}
+        self._other_urls: dict[tuple[str, str], URL] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._test_clients: dict[str, httpx.AsyncClient] | None = None
         if transport_factory is not None:
@@ -207,8 +208,10 @@ class Upstreams:
             session = self._sessions[name] = _session(self._providers[name])
         if path == "/chat/completions":
             url = self._urls[name]
-        else:
-            url = URL(self._providers[name].base_url.rstrip("/") + path)
+        else:  # /messages, /responses, ...: made once per provider and path
+            url = self._other_urls.get((name, path))
+            if url is None:
+                url = self._other_urls[(name, path)] = URL(self._providers[name].base_url.rstrip("/") + path)
         response = await session.post(url, data=body, headers=headers, allow_redirects=False)
         return _AiohttpResponse(response)
 
