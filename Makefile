@@ -7,6 +7,12 @@ STAMP := $(VENV)/.installed
 # apart (--target, its deps are ours already): its wheel ships a top-level `tests` package that would
 # shadow this project's `tests` if it went into the venv's site-packages.
 KATAN := $(VENV)/third-party/llm_katan
+# The coding agents tests/agents runs through the gateway, pinned here (and only here): npm packages,
+# installed once into their own prefix. The stamp names the versions, so changing a pin reinstalls.
+CODEX_VERSION := 0.169.0
+CLAUDE_CODE_VERSION := 2.1.328
+AGENTS := $(VENV)/third-party/agents
+AGENTS_STAMP := $(AGENTS)/.codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
 
 .PHONY: install demo test lint bench clean
 
@@ -19,12 +25,20 @@ $(STAMP): pyproject.toml
 $(KATAN): $(STAMP)
 	$(BIN)/pip install --quiet --no-deps --upgrade --target $(VENV)/third-party llm-katan==0.22.0
 
-install: $(STAMP) $(KATAN)
+$(AGENTS_STAMP):
+	command -v npm >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq nodejs npm; }
+	rm -f $(AGENTS)/.codex-*
+	npm install --prefix $(AGENTS) --no-save --no-audit --no-fund --loglevel=error \
+		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	touch $@
+
+install: $(STAMP) $(KATAN) $(AGENTS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ultraroute demo
 
-test: $(STAMP) $(KATAN)
+test: $(STAMP) $(KATAN) $(AGENTS_STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)

@@ -5,6 +5,11 @@ catalogue entry (tier, advertised figures: what the gateway is told, possibly fa
 a profile at a fraction of the run (a tier that degrades and recovers). Curves differ per endpoint
 and per seed (each figure is scaled by a seeded factor within +-15%), so no scenario is tuned to one
 curve.
+
+Advertised figures are a vendor's claim, never the truth read off the profile: about half the
+endpoints claim 20-60% more speed (and that much less TTFT) than they deliver, the others round
+their figures up by up to 10% (`_claim`). The claims come from their own seeded generator, so a seed
+gives the same true profiles whatever the claims, and the same claims on every run.
 """
 
 from __future__ import annotations
@@ -34,8 +39,15 @@ class Scenario:
     events: tuple[tuple[float, str, dict[str, Any]], ...] = field(default=())  # (fraction of T, name, patch)
 
 
-def _racer(rng: random.Random, name: str, tier: str, tps: float, slowdown: float, ttft_ms: float,
-           capacity: int = 256, advertised_tps: float | None = None, **extra: Any) -> Racer:
+def _claim(claims: random.Random) -> float:
+    """How much better than the truth a vendor says its endpoint is: optimistic (+20-60%) for about
+    half of them, the rest within 10%."""
+    optimistic = claims.random() < 0.5
+    return claims.uniform(1.2, 1.6) if optimistic else claims.uniform(1.0, 1.1)
+
+
+def _racer(rng: random.Random, claims: random.Random, name: str, tier: str, tps: float, slowdown: float,
+           ttft_ms: float, capacity: int = 256, advertised_tps: float | None = None, **extra: Any) -> Racer:
     def jitter(x: float) -> float:
         return x * rng.uniform(0.85, 1.15)
 
@@ -43,23 +55,25 @@ def _racer(rng: random.Random, name: str, tier: str, tps: float, slowdown: float
     profile = {"tokens_per_second": round(tps, 1), "slowdown_per_user": round(slowdown, 4),
                "ttft_ms": round(ttft_ms), "ttft_jitter": 0.15, "capacity": capacity, "tick_ms": TICK_MS,
                **extra}
-    return Racer(name, tier, profile, advertised_tps or round(tps), round(ttft_ms))
+    claim = _claim(claims)  # drawn for every racer, so one racer's claim does not shift the others'
+    return Racer(name, tier, profile, advertised_tps or round(tps * claim), round(ttft_ms / claim))
 
 
 def scenarios(seed: int) -> dict[str, Scenario]:
     rng = random.Random(seed)
+    claims = random.Random(f"claims:{seed}")  # its own stream: the true profiles do not depend on it
 
     def premium() -> Racer:  # capacity-limited, and per-user speed falls steeply with concurrency
-        return _racer(rng, "ultra", "ultrafast", 700, 0.22, 150, capacity=6)
+        return _racer(rng, claims, "ultra", "ultrafast", 700, 0.22, 150, capacity=6)
 
     def liar() -> Racer:  # advertises 500 tok/s, delivers 70
-        return _racer(rng, "liar", "fast", 70, 0.04, 300, advertised_tps=500)
+        return _racer(rng, claims, "liar", "fast", 70, 0.04, 300, advertised_tps=500)
 
     def fast(name: str) -> Racer:
-        return _racer(rng, name, "fast", 260, 0.05, 300)
+        return _racer(rng, claims, name, "fast", 260, 0.05, 300)
 
     def std(name: str, tps: float = 110, **extra: Any) -> Racer:
-        return _racer(rng, name, "standard", tps, 0.02, 450, **extra)
+        return _racer(rng, claims, name, "standard", tps, 0.02, 450, **extra)
 
     def flaky() -> Racer:  # the best standard tier, but one request in five fails with a 503
         return std("flaky", 190, faults={"error_rate": 0.2, "error_status": 503})

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -108,11 +108,16 @@ class AccessLog:
     # -- lines ----------------------------------------------------------------------------------
     def served(self, request_id: str, served: Served, sample: AttemptSample, status: int,
                failure: BaseException | None, key_id: str | None = None, usage_estimated: bool = False,
-               api: str = "chat") -> None:
+               api: str = "chat", earlier: Sequence[tuple[str, AttemptSample]] = (),
+               dropped: tuple[str, ...] = (), transport: str = "http") -> None:
         """The request an endpoint served (fully, or until it broke (`failure`) or the client left);
         `key_id`: the client key's id (never its secret), None in open mode; `usage_estimated`: the
         upstream sent no usage, so the tokens are the gateway's estimate; `api`: the client API it came
-        in by (chat, responses, messages, completions, embeddings)."""
+        in by (chat, responses, messages, completions, embeddings); `earlier`: attempts (endpoint id,
+        sample) whose streams broke before this one continued the answer. `tokens` and `cost_usd` are
+        the whole request's (what the key was charged); with `earlier`, `attempt_costs` lists each
+        attempt's; `dropped`: the client API fields the endpoint did not get (`x-ultraroute-dropped`);
+        `transport`: "http", or "websocket" for a response on a Responses WebSocket (a line per response)."""
         if failure is not None:
             self._logged_failures.add(failure)
         if not self.logger.isEnabledFor(logging.INFO):
@@ -120,10 +125,12 @@ class AccessLog:
         endpoint = served.stream.endpoint
         at = time.time()
         hops = [(hop.endpoint_id, hop.reason) for hop in (*served.skips, *served.attempts)]
+        charged = (*earlier, (endpoint.id, sample))
         self._emit(lambda: {
             "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
+            "transport": transport,
             "key": key_id,
             "model": endpoint.model,
             "endpoint": endpoint.id,
@@ -138,13 +145,16 @@ class AccessLog:
             "ttfat_ms": _ms(sample.ttfat_s),
             "duration_ms": _ms(sample.e2e_s),
             "decode_tps": None if sample.decode_tps is None else round(sample.decode_tps, 1),
-            "tokens": {"input": sample.input_tokens, "cached_input": sample.cached_input_tokens,
-                       "output": sample.output_tokens, "reasoning": sample.reasoning_tokens},
-            "cost_usd": round(sample.cost_usd, 8),
-            "usage_estimated": usage_estimated,
+            "tokens": _tokens([s for _, s in charged]),
+            "cost_usd": round(sum(s.cost_usd for _, s in charged), 8),
+            "usage_estimated": usage_estimated or bool(earlier),
+            "dropped": list(dropped),
+            **({"attempt_costs": [{"endpoint": endpoint_id, "tokens": _tokens([s]), "cost_usd": round(s.cost_usd, 8)}
+                                  for endpoint_id, s in charged]} if earlier else {}),
         })
 
-    def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat") -> None:
+    def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat",
+               transport: str = "http") -> None:
         """A request no endpoint served: rejected before routing, or every candidate failed. `model`:
         as the request named it, None when it was refused before its body was read."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
@@ -155,6 +165,7 @@ class AccessLog:
             "ts": _timestamp(at),
             "request_id": request_id,
             "api": api,
+            "transport": transport,
             "model": model,
             "endpoint": failures[-1][0] if failures else None,
             "attempts": len(failures),
@@ -193,6 +204,11 @@ class AccessLog:
 
 def _line(entry: Entry) -> str:
     return orjson.dumps(entry()).decode()
+
+
+def _tokens(samples: Sequence[AttemptSample]) -> dict[str, int]:
+    return {"input": sum(s.input_tokens for s in samples), "cached_input": sum(s.cached_input_tokens for s in samples),
+            "output": sum(s.output_tokens for s in samples), "reasoning": sum(s.reasoning_tokens for s in samples)}
 
 
 def _timestamp(at: float) -> str:

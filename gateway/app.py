@@ -2,7 +2,9 @@
 
 Routes are thin: each client API's route (`gateway/apis/`: `/v1/chat/completions`, `/v1/responses`,
 `/v1/messages`, `/v1/completions`, `/v1/embeddings`) hands over to `pipeline.handle()` with its adapter,
-and errors on those routes are rendered in that API's shape; the rest read the catalogue,
+and errors on those routes are rendered in that API's shape (`/v1/messages/count_tokens` too,
+apis/count_tokens.py, which calls no upstream); `GET /v1/responses` upgraded to a WebSocket is
+`apis/responses_ws.py`'s (many responses per connection); the rest read the catalogue,
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
 current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
@@ -35,11 +37,16 @@ from gateway import pipeline
 from gateway.access.admin import admin_router, spec_body
 from gateway.apis import CLIENT_APIS, stored_responses_router
 from gateway.apis.adapter import ClientApi
+from gateway.apis.count_tokens import PATH as COUNT_PATH
+from gateway.apis.count_tokens import count_schema, count_tokens_router
+from gateway.apis.messages import MessagesApi
+from gateway.apis.responses_ws import responses_socket
+from gateway.apis.stored import RESPONSES
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json, history_json
-from gateway.errors import AllCandidatesFailed, GatewayError, InvalidRequest, Overloaded, UpstreamError, error_body
+from gateway.errors import GatewayError, InvalidRequest, Overloaded, error_body
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import MAX_MODEL_NAME
@@ -103,9 +110,11 @@ class RequestIdMiddleware:
 
 class GatewayApp(FastAPI):
     """FastAPI, with the hot routes answered first by plain ASGI handlers (`fast_routes`, by method
-    and exact path); every other request goes through FastAPI as usual."""
+    and exact path; `socket_routes`, WebSocket upgrades by path); every other request goes through
+    FastAPI as usual."""
 
     fast_routes: dict[tuple[str, str], ASGIApp]
+    socket_routes: dict[str, ASGIApp]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -114,17 +123,23 @@ class GatewayApp(FastAPI):
                 scope["app"] = self
                 await handler(scope, receive, send)
                 return
+        elif scope["type"] == "websocket":
+            socket = self.socket_routes.get(scope["path"])
+            if socket is not None:
+                await socket(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
 CHAT = next(api for api in CLIENT_APIS if api.path == "/v1/chat/completions")  # `/v1/route` takes its body
+MESSAGES = next(api for api in CLIENT_APIS if isinstance(api, MessagesApi))  # and count_tokens its own
 
 
-def api_openapi(api: ClientApi, config: Config) -> dict[str, Any]:
-    """A client API route's request body and security in the OpenAPI document, with this catalogue's
-    model names as examples."""
+def api_openapi(api: ClientApi, config: Config, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A client API route's request body (`schema`: another than the API's own) and security in the
+    OpenAPI document, with this catalogue's model names as examples."""
     models = list(config.catalogue.models)
-    schema = api.request_schema
+    schema = schema or api.request_schema
     schema = {**schema, "properties": {**schema["properties"],
                                        "model": {"type": "string", "minLength": 1, "maxLength": MAX_MODEL_NAME,
                                                  "examples": models}}}
@@ -161,10 +176,7 @@ def completion_failed(services: Services, request_id: str, err: GatewayError, ap
     """A client API request that ends in an error: its access-log line (naming the model asked for,
     once the body was parsed), the request and rejection metrics (upstream failures are counted per
     attempt), and the error response in the API's shape."""
-    services.access_log.failed(request_id, err, model, api.name)
-    services.metrics.client_request(api.name, err.status)
-    if not isinstance(err, UpstreamError | AllCandidatesFailed):
-        services.metrics.rejected(err.metric_label, api.name)
+    pipeline.count_failure(services, request_id, err, api.name, model)
     return render_error(err, api)
 
 
@@ -235,6 +247,8 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             for api in CLIENT_APIS:
                 paths[api.path]["post"]["requestBody"] = api_openapi(api, current)["requestBody"]
             paths["/v1/route"]["post"]["requestBody"] = api_openapi(CHAT, current)["requestBody"]
+            paths[COUNT_PATH]["post"]["requestBody"] = api_openapi(MESSAGES, current,
+                                                                   count_schema(MESSAGES))["requestBody"]
             paths["/admin/keys"]["post"]["requestBody"] = spec_body(current.catalogue, current.policies)["requestBody"]
         return app.openapi_schema  # type: ignore[return-value]
 
@@ -287,6 +301,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
                           responses={200: api.ok_response,
                                      **error_responses(*api.error_statuses, model=api.error_model())})
     app.include_router(stored_responses_router())
+    app.include_router(count_tokens_router(MESSAGES, api_openapi(MESSAGES, config, count_schema(MESSAGES))))
 
     def fast_route(api: ClientApi) -> ASGIApp:
         async def handler(scope: Scope, receive: Receive, send: Send) -> None:
@@ -309,6 +324,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         return handler
 
     app.fast_routes = {("POST", api.path): admission.guard(fast_route(api)) for api in CLIENT_APIS}
+    # The Responses WebSocket (apis/responses_ws.py): each response on it is admitted, drained, routed
+    # and recorded as a POST would be.
+    app.socket_routes = {RESPONSES.path: responses_socket(RESPONSES, app.state, drain, admission)}
 
     @app.post("/v1/route", openapi_extra=api_openapi(CHAT, config),
               responses=error_responses(400, 401, 403, 404, 413, 503))

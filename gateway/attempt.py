@@ -24,11 +24,12 @@ from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
 from gateway.upstream_stream import Meter, StreamBroken, TranslatedStream, UpstreamStream
-from gateway.upstreams import Outgoing, outgoing
+from gateway.upstreams import Outgoing, dropped_for, outgoing
 from gateway.upstreams.openai_chat import UPSTREAM_PATHS
 from gateway.upstreams.openai_chat import chat_body as upstream_body
 
-__all__ = ["UPSTREAM_PATHS", "open_attempt", "outcome_of", "outgoing", "prompt_estimate", "upstream_body"]
+__all__ = ["UPSTREAM_PATHS", "dropped_for", "open_attempt", "outcome_of", "outgoing", "prompt_estimate",
+           "upstream_body"]
 
 _MAX_ERROR_BODY = 64 * 1024
 OVERLOADED = 529  # Anthropic's "overloaded": fails over as a 503 does

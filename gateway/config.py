@@ -185,6 +185,11 @@ class GatewayFile(_Frozen):
     # often each replica leases its share of the provider's bucket from Redis.
     shaper_wait_s: float = Field(default=0.25, ge=0, le=10)
     shaper_sync_s: float = Field(default=0.1, gt=0, le=5)
+    # A Responses WebSocket (`GET /v1/responses`) with no response running is closed after this long
+    # without a frame; any connection is closed once this old (after its response in flight), as
+    # OpenAI's are at 60 minutes: clients reconnect, and a replica's connections turn over.
+    websocket_idle_s: float = Field(default=3600.0, gt=0, le=86400)
+    websocket_max_age_s: float = Field(default=3600.0, gt=0, le=86400)
 
 
 class HealthFile(_Frozen):

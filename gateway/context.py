@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.access.keys import ApiKey
 from gateway.config import Endpoint
+from gateway.errors import InvalidRequest
 from gateway.policy import PercentileThreshold, ProviderOptions, Sort, Speed
 from gateway.routing.figures import Figures
 from gateway.telemetry.sample import Outcome
@@ -47,10 +48,20 @@ class ChatRequest:
     api: str = "chat"  # the client API it came in by (gateway/apis/): chat, responses, messages, ...
     upstream: str = "chat"  # the API it is forwarded as: chat, completions or embeddings
     origin: Any = None  # the client API's own parsed request, kept for rendering the answer in its shape
+    # Client API fields the upstream cannot take, dropped by the adapter: named in `x-ultraroute-dropped`
+    # and the access log (README, "Client API fields"), e.g. ("tools.web_search", "context_management").
+    dropped: tuple[str, ...] = ()
+    # Body fields forwarded only to endpoints with a capability, else removed and named as the client
+    # called them: (body key, capability, client field), e.g. ("reasoning_effort", "reasoning", "thinking");
+    # a key `messages.<field>` is that field of every message (`reasoning_content` of earlier turns).
+    capability_fields: tuple[tuple[str, str, str], ...] = ()
     # The client's body as sent (Messages, Responses) and its `anthropic-beta` header: what an
     # endpoint speaking the same API is passed (gateway/upstreams/), untranslated.
     client_body: dict[str, Any] | None = None
     client_betas: str | None = None
+    # What the translation cannot honour (an errors.Untranslatable), kept instead of raised: only an
+    # endpoint passed the client body as sent can serve it (dispatch.py).
+    untranslatable: InvalidRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +146,4 @@ class RequestContext:
     limit_headers: tuple[tuple[str, str], ...] = ()  # x-ratelimit-* for the client's key
     preferences: Preferences = field(default_factory=Preferences)
     plan: Plan | None = None
+    transport: str = "http"  # or "websocket": a response on a Responses WebSocket (apis/responses_ws.py)

@@ -8,9 +8,11 @@ budget -- once, or twice where `retry.py` says a second try at the same endpoint
 client error returns at once; a "this model cannot take it" error (context length: only larger
 windows; an unsupported parameter) moves on, to this model's next endpoint or the next model;
 anything else moves on to the next candidate. Before the loop leaves a model, an endpoint of it that
-answered 429 "come back in a moment" is waited for and tried once more (retry.py decides). Every
-attempt, failed or not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every
-failure. `probe()` is the one attempt made outside any request: the background health probe.
+answered 429 "come back in a moment" is waited for and tried once more (retry.py decides). A
+request whose translation cannot be honoured (`ChatRequest.untranslatable`) is tried only at
+endpoints passed its body as sent (skipped: untranslatable). Every attempt, failed or not, is
+recorded. When the plan runs out, `AllCandidatesFailed` carries every failure. `probe()` is the
+one attempt made outside any request: the background health probe.
 
 Nothing reaches the client before the gate opens, so failover is invisible to it. Relaying and
 recording the served attempt are the relay's and the pipeline's job.
@@ -53,6 +55,7 @@ from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import Upstreams
 from gateway.upstream_stream import Meter, UpstreamStream
+from gateway.upstreams import passes_through
 
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 # A probe that measures a decode rate (warm_up.py) asks for a long answer and is cut at its max_tokens.
@@ -145,6 +148,8 @@ class Dispatcher:
         at the next candidate; the first to produce a token serves and the other is cancelled.
         Before leaving a model for the next one in `models`, an endpoint of it that answered 429
         "come back in a moment" is waited for and tried once more (see retry.py)."""
+        if request.untranslatable is not None and not any(passes_through(request, e) for e in plan.endpoints):
+            raise request.untranslatable  # only an endpoint passed the body as sent could serve it
         attempts: list[Attempt] = []
         failures: list[tuple[str, GatewayError]] = []
         skips: list[Skip] = []
@@ -164,6 +169,9 @@ class Dispatcher:
                 continue
             endpoint = queue.popleft()
             if endpoint.key in hedged or _too_small(endpoint, too_long):
+                continue
+            if request.untranslatable is not None and not passes_through(request, endpoint):
+                skips.append(Skip(endpoint.id, endpoint.tier.value, "untranslatable"))
                 continue
             blocked = self.health.blocked(endpoint)
             if blocked is not None:
@@ -253,16 +261,23 @@ class Dispatcher:
                     await won[0].aclose()
                     self.recorder.record(won[0].endpoint, won[0].meter, Outcome.CANCELLED, 200, won[1], won[2])
 
-    async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str) -> Served:
+    async def resume(self, request: ChatRequest, plan: Plan, broken: Endpoint, text: str,
+                     max_tokens: int | None = None) -> Served:
         """Continue an answer that broke after `text` on the next candidate that accepts a trailing
-        assistant message as a prefix. One that does not is never sent the prefix: its 400 would hide
-        the real failure. Raises if none can."""
+        assistant message as a prefix, asked for `max_tokens` more at most (what is left of the
+        request's: a host counts a continuation's limit in new tokens). One that does not accept a
+        prefix is never sent it: its 400 would hide the real failure. Raises if none can."""
         candidates = tuple(c for c in plan.candidates if c.endpoint is not broken
                            and "assistant_prefix" in c.endpoint.capabilities)
         if not candidates:
             raise UpstreamError("the stream broke and no endpoint can continue it", status=502)
         messages = [*request.body["messages"], {"role": "assistant", "content": text, "prefix": True}]
-        continued = replace(request, body={**request.body, "messages": messages})
+        body = {**request.body, "messages": messages}
+        if max_tokens is not None:
+            for name in ("max_tokens", "max_completion_tokens"):
+                if body.get(name) is not None:
+                    body[name] = max_tokens
+        continued = replace(request, body=body)
         return await self.dispatch(continued, replace(plan, candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
@@ -279,7 +294,8 @@ class Dispatcher:
                     raise CapacityFull()
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
-                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
+                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request),
+                              tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint))
                 try:
                     stream = await open_attempt(self.upstreams, endpoint, body, meter, budget_s,
                                          self.limits.stall_timeout_s, self.lag, request.upstream, request.stream)

@@ -2,8 +2,9 @@
 
 Does: build every `ultraroute_*` family in a per-app `CollectorRegistry` (never prometheus-client's
 global default registry); record one upstream attempt (`attempt()`, called by the Recorder), a
-fallback, a same-endpoint retry, a circuit change, a route selection, the event loop's lag and an
-overload refusal; read in-flight counts and Redis errors only when scraped; render the exposition text.
+fallback, a same-endpoint retry, a circuit change, a route selection, the event loop's lag, an
+overload refusal and a Responses WebSocket opening or closing; read in-flight counts and Redis errors
+only when scraped; render the exposition text.
 
 Does not: do I/O, decide anything, or merge processes. prometheus-client's multiprocess mode is not
 used: each `serve --workers` worker is a replica with its own `/metrics` (a scrape reaches one of
@@ -176,6 +177,8 @@ class Metrics:
         self._queue_wait = Histogram("ultraroute_queue_wait_seconds", "How long a request waited for its turn "
                                      "at an endpoint, admitted or spilled.", by_endpoint,
                                      buckets=LATENCY_BUCKETS, registry=r)
+        self._websockets = Gauge("ultraroute_websocket_connections", "Responses WebSocket connections "
+                                 "(GET /v1/responses upgrades) open now.", registry=r)
         self._labels = {e.key: (e.model, e.id, e.tier.value) for e in catalogue.endpoints()}
         self._scrape = _ScrapeTime(catalogue.endpoints(), in_flight, redis_errors)
         r.register(self._scrape)
@@ -266,6 +269,13 @@ class Metrics:
         """One request refused for overload; also counted in rejected{reason="overloaded"}."""
         self._overloaded.inc()
         self.rejected("overloaded", api)
+
+    def websocket(self, opened: bool) -> None:
+        """A Responses WebSocket connection opened (True) or closed (False)."""
+        if opened:
+            self._websockets.inc()
+        else:
+            self._websockets.dec()
 
     def queue(self, endpoint_key: str, depth: int, waited_s: float | None) -> None:
         """An endpoint's queue changed (shaper.py): its depth now, and the wait of a request leaving it."""

@@ -15,7 +15,9 @@
     6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
                   then the adapter's `after` (a Responses answer with `store: true` is stored)
 
-`handle()` composes them; each stage is a plain function of typed, frozen values. Only the two ends
+`handle()` composes them for an HTTP request; `serve_events()` runs stages 4-6 for a response that
+goes out another way (the Responses WebSocket, apis/responses_ws.py, which plans it with `prepare`).
+Each stage is a plain function of typed, frozen values. Only the two ends
 know the client API (`ClientApi`, apis/adapter.py): stages 2-4 and 6 see a `ChatRequest` and nothing
 else. Errors from any stage are `GatewayError`s, rendered in one place (`app.py`) in the client
 API's shape.
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -36,21 +40,32 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.chat import ChatApi
-from gateway.attempt import outcome_of
-from gateway.context import ChatRequest, RequestContext
+from gateway.attempt import dropped_for, outcome_of
+from gateway.context import Attempt, ChatRequest, RequestContext
 from gateway.dispatch import Served
-from gateway.errors import GatewayError
+from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError
 from gateway.explain import metadata_json
 from gateway.metrics import count_fallback
 from gateway.parse import header_map, read_body
-from gateway.relay import ChunkBatches, collect, sse_body
+from gateway.relay import ChunkBatches, Ended, collect, sse_body
 from gateway.services import Services
 from gateway.sse import encode_event
-from gateway.telemetry.sample import Outcome
+from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstream_stream import UpstreamStream
 from gateway.upstreams.passthrough import NativeAnswer, PassThrough
 
 CHAT = ChatApi()
+
+
+def count_failure(services: Services, request_id: str, err: GatewayError, api: str, model: str | None = None,
+                  transport: str = "http") -> None:
+    """Stage 6 for a request no endpoint served (refused, or every candidate failed): its access-log
+    line (naming the model asked for, once the body was parsed), the request and rejection metrics
+    (upstream failures were counted per attempt)."""
+    services.access_log.failed(request_id, err, model, api, transport)
+    services.metrics.client_request(api, err.status)
+    if not isinstance(err, UpstreamError | AllCandidatesFailed):
+        services.metrics.rejected(err.metric_label, api)
 
 
 def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
@@ -69,20 +84,47 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
     if hops:
         path = "->".join([*(h[0] for h in hops), endpoint.id])
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
+    dropped = dropped_for(ctx.request, endpoint)
+    if dropped:
+        headers["x-ultraroute-dropped"] = dropped_header(dropped)
     return headers
 
 
+# Clients read response headers under a size cap (h11's is 16 KiB for the whole head); the access log
+# has the full list.
+MAX_DROPPED_HEADER = 1024
+
+
+def dropped_header(names: tuple[str, ...]) -> str:
+    """`x-ultraroute-dropped`: the names as printable ASCII (a field name is the client's own JSON key,
+    any text: escaped, so it can neither break the header nor add one), within MAX_DROPPED_HEADER."""
+    shown: list[str] = []
+    size = 0
+    for i, name in enumerate(names):
+        safe = name if name.isascii() and name.isprintable() else name.encode("unicode_escape").decode("ascii")
+        size += len(safe) + 2
+        if size > MAX_DROPPED_HEADER:
+            shown.append(f"... ({len(names) - i} more)")
+            break
+        shown.append(safe)
+    return ", ".join(shown)
+
+
 def finish(services: Services, ctx: RequestContext, served: Served, failure: GatewayError | None,
-           cancelled: bool, final: bool = True) -> None:
+           cancelled: bool, final: bool = True, earlier: Sequence[tuple[str, AttemptSample]] = (),
+           broke: GatewayError | None = None) -> AttemptSample:
     """Stage 6 for the attempt that served (and its access log line); failed attempts were recorded
-    as they failed. The client's key is charged the tokens and cost of what it was served."""
+    as they failed. The client's key is charged the tokens and cost of what it was served. `earlier`:
+    the attempts whose streams broke before this one continued them (recorded and charged then: the
+    log line names them and their costs); `broke`: this attempt's stream broke, but the answer was
+    whole (nothing left of max_tokens), so the request ended well."""
     stream = served.stream
     if cancelled:
         outcome, status = Outcome.CANCELLED, 200
     elif failure is not None:
         outcome, status = outcome_of(failure), failure.status
     else:
-        outcome, status = Outcome.OK, 200
+        outcome, status = (Outcome.OK if broke is None else outcome_of(broke)), 200
     session_key = ctx.plan.session_key if ctx.plan else None
     tier, asked = stream.served_tier, stream.endpoint.service_tier
     if tier is not None:
@@ -99,21 +141,35 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
                                    ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
-                                   ctx.request.api)
+                                   ctx.request.api, earlier, dropped_for(ctx.request, stream.endpoint),
+                                   ctx.transport)
         services.metrics.client_request(ctx.request.api, status)
+    return sample
+
+
+def completion_limit(body: Mapping[str, Any]) -> int | None:
+    """The request's `max_tokens` (or `max_completion_tokens`; the smaller when both are set)."""
+    limits = [v for v in (body.get("max_tokens"), body.get("max_completion_tokens")) if isinstance(v, int)]
+    return min(limits) if limits else None
 
 
 class Serving:
     """The attempt serving a request now. A stream that breaks mid-way may be continued on another
-    endpoint (`resume`); then the broken attempt is recorded as failed and the new one takes over."""
+    endpoint (`resume`), asked for what is left of `max_tokens`; then the broken attempt is recorded
+    as failed and charged, and the new one takes over. The path (`earlier`, and the served attempt's
+    `attempts`) shows in the access log line and, for a JSON answer, in the response headers."""
 
     def __init__(self, services: Services, ctx: RequestContext, served: Served) -> None:
         self.services = services
         self.ctx = ctx
         self.served = served
         self.recorded = False
+        self.earlier: list[tuple[str, AttemptSample]] = []  # broken attempts (endpoint id, sample) continued since
+        self.broke: GatewayError | None = None  # the serving stream broke when the answer was whole
 
-    async def resume(self, broken: UpstreamStream, text: str) -> UpstreamStream | None:
+    async def resume(self, broken: UpstreamStream, text: str, delivered: int) -> UpstreamStream | Ended | None:
+        """Continue after `text` (`delivered` tokens so far, of every stream), or end the answer when
+        nothing is left of max_tokens; None when it cannot be continued (the request ends in error)."""
         assert self.ctx.plan is not None
         # Continuing after a prefix is a chat-completions feature; a legacy completion cannot, nor can
         # a pass-through answer (the client has the upstream's own events).
@@ -121,24 +177,38 @@ class Serving:
                 or broken.native is not None):
             return None
         await broken.aclose()
+        limit = completion_limit(self.ctx.request.body)
+        left = None if limit is None else limit - delivered
+        if left is not None and left <= 0:
+            # The client has every token it asked for: no continuation could add one.
+            self.broke, broken.failure = broken.failure, None
+            return Ended("length")
         try:
             following = await self.services.dispatcher.resume(self.ctx.request, self.ctx.plan,
-                                                              broken.endpoint, text)
+                                                              broken.endpoint, text, left)
         except GatewayError:
             return None  # the broken attempt ends the request; the final close records and logs it
-        await self.close(broken.failure, cancelled=False, final=False)
-        self.served = following
+        failure = broken.failure
+        assert failure is not None
+        endpoint = broken.endpoint
+        sample = await self.close(failure, cancelled=False, final=False)
+        assert sample is not None
+        self.earlier.append((endpoint.id, sample))
+        hop = Attempt(endpoint.key, endpoint.id, endpoint.tier.value, outcome_of(failure), failure.status,
+                      failure.metric_label, time.perf_counter() - broken.meter.t_sent)
+        self.served = replace(following, attempts=(*self.served.attempts, hop, *following.attempts),
+                              skips=(*self.served.skips, *following.skips))
         self.recorded = False
         return following.stream
 
-    async def close(self, failure: GatewayError | None, cancelled: bool, final: bool = True) -> None:
+    async def close(self, failure: GatewayError | None, cancelled: bool, final: bool = True) -> AttemptSample | None:
         """Stage 6 for the serving attempt, once. Closing the response drops the upstream connection,
         so the provider stops generating when the client has gone."""
         if self.recorded:
-            return
+            return None
         self.recorded = True
         await self.served.stream.aclose()
-        finish(self.services, self.ctx, self.served, failure, cancelled, final)
+        return finish(self.services, self.ctx, self.served, failure, cancelled, final, self.earlier, self.broke)
 
 
 async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterator[bytes]:
@@ -154,21 +224,36 @@ async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterato
         await serving.close(serving.served.stream.failure, cancelled)
 
 
+def estimated_usage(stream: UpstreamStream, batches: ChunkBatches) -> list[dict[str, Any]]:
+    """The usage chunk the upstream did not send, for a stream renderer: the estimate the key is
+    charged (`Meter.settle_usage`), so that every API's last event carries the usage billed, as chat's
+    relay does; after a mid-stream continuation, of every stream the client received. Nothing when the
+    upstream sent its own usage."""
+    stream.meter.settle_usage()  # at the end already; a broken stream is settled here, before its last event
+    if not stream.meter.usage_estimated:
+        return []
+    return [{"choices": [], "usage": batches.client_usage(stream.meter.usage)}]
+
+
 async def _render_stream(serving: Serving, renderer: StreamRenderer, api: ClientApi) -> AsyncIterator[bytes]:
     """A client API's own stream events (Responses, Messages) from the upstream's chunks."""
     cancelled = True
     try:
         yield renderer.start()
+        batches = ChunkBatches(serving.served.stream, serving.resume)
         try:
-            async for events in ChunkBatches(serving.served.stream, serving.resume):
+            async for events in batches:
                 out = renderer.feed([chunk for _, chunk in events])
                 if out:
                     yield out
         except GatewayError as err:
-            yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
+            # (A pass-through renderer hands on what its upstream sent since the last batch here.)
+            tail = renderer.feed(estimated_usage(serving.served.stream, batches))
+            yield tail + renderer.fail(err)  # bytes have reached the client: end with the API's error event
             cancelled = False
             return
-        yield renderer.finish()
+        tail = renderer.feed(estimated_usage(serving.served.stream, batches))
+        yield tail + renderer.finish()
         cancelled = False
     finally:
         await serving.close(serving.served.stream.failure, cancelled)
@@ -271,6 +356,8 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
         if metadata is not None:
             completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}
         api.after(ctx, completion, serving.services)
+        if serving.earlier:  # continued after a break: the headers name the path it took
+            headers = {**headers, **served_headers(ctx, serving.served)}
         return JsonAnswer(orjson.dumps(completion), headers, serving)
     except BaseException as exc:  # a failure, the client gone (cancelled), or a bug: closed as such
         await serving.close(exc if isinstance(exc, GatewayError) else None,
@@ -309,12 +396,33 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
     return await _answer_json(serving, api, headers, metadata)
 
 
-def prepare(chat: ChatRequest, request: Request, headers: Mapping[str, str], services: Services,
-            client: ApiKey | None, admit: bool = True) -> RequestContext:
+async def serve_events(ctx: RequestContext, services: Services, api: ClientApi,
+                       frame: Callable[[StreamRenderer], StreamRenderer] | None = None) -> AsyncIterator[bytes]:
+    """Stages 4-6 for a planned streaming request whose events do not go out as an HTTP response (the
+    Responses WebSocket): dispatch, then the client API's own stream events as its renderer gives
+    them (`frame` may wrap the renderer), recorded when they end, as `_serve` does for a stream. A
+    failure before the first event is raised, as it would be before an HTTP response started.
+    Close it (`aclosing`) when done with it: closing early records the attempt as cancelled."""
+    chat, plan = ctx.request, ctx.plan
+    assert plan is not None and chat.stream
+    served = await services.dispatcher.dispatch(chat, plan, ctx.preferences.hedge_after_ms)
+    count_fallback(services.metrics, plan, served)
+    renderer = api.stream_renderer(chat, served.stream.endpoint.model)
+    assert renderer is not None  # only a client API with its own events comes this way
+    if served.stream.native is not None:
+        renderer = PassThrough(served.stream.native, renderer)  # the upstream's own events
+    # No await from dispatch to the first event: the attempt is closed by `_render_stream` whatever happens.
+    async with aclosing(_render_stream(Serving(services, ctx, served), frame(renderer) if frame else renderer,
+                                       api)) as events:
+        async for data in events:
+            yield data
+
+
+def prepare(chat: ChatRequest, headers: Mapping[str, str], services: Services, client: ApiKey | None,
+            admit: bool = True) -> RequestContext:
     """Stages 2-3 (with the model check of stage 0) for a parsed request: resolve preferences, select;
     then, with `admit`, the key's limits and budget (stage 0's last check: a request refused for its
     model or its plan has not used any). Without `admit`, pure and no I/O: what `/v1/route` shows."""
-    request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
     services.access.authorize(client, chat)
     started = time.perf_counter()
     prefs = services.resolver(chat, headers, client.policy if client is not None else None)
@@ -335,7 +443,8 @@ async def plan_request(request: Request, services: Services, request_id: str, ap
     raw = await read_body(request, services.config.gateway.max_body_bytes)
     chat = api.parse(raw, headers, request_id, services.config.gateway)
     chat = await api.recall(chat, services, client)
-    return prepare(chat, request, headers, services, client, admit)
+    request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail
+    return prepare(chat, headers, services, client, admit)
 
 
 async def handle(request: Request, services: Services, request_id: str, api: ClientApi = CHAT) -> Response:

@@ -75,6 +75,11 @@ class Recorder:
         # chunks; one that sends several tokens a chunk must not look that many times slower.
         self._tokens_per_chunk: dict[str, float] = {}
 
+    def tokens_per_chunk(self, endpoint: Endpoint) -> float:
+        """Tokens per content chunk in the endpoint's last answer with usage (1 before one): what a
+        stream without usage (one that broke, say) is estimated at."""
+        return self._tokens_per_chunk.get(endpoint.key, 1.0)
+
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
         return self.telemetry.begin(endpoint.key)

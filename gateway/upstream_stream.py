@@ -7,8 +7,10 @@ and its parsed chunk -- timing them in a `Meter`: time to first token, time to f
 last token, token counts and `usage`. For a streaming client the gate stops parsing at the first
 token, which is handed on before the rest of its read is parsed.
 
-When the upstream sent no usage (llama.cpp's server ignores `stream_options.include_usage`), the
-meter estimates it at the end (`Meter.settle_usage`): output tokens from the token chunks relayed,
+When the upstream sent no usage (llama.cpp's server ignores `stream_options.include_usage`, and a
+stream that breaks mid-way never gets to its usage), the meter estimates it at the end
+(`Meter.settle_usage`): output tokens from the token chunks relayed, times the tokens per chunk the
+endpoint's earlier answers showed (1 until one sent usage: some hosts pack several tokens in a chunk),
 input tokens from the request's size; the usage object then says `"estimated": true`, a streaming
 client that asked for usage still gets its usage chunk, and cost and budgets use the figure.
 How the batches reach the client is relay.py's business.
@@ -55,11 +57,12 @@ class Meter:
     prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
     usage_estimated: bool = False
     served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
+    tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
 
     def settle_usage(self) -> None:
         """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""
         if self.usage is None and (self.t_first is not None or self.done):
-            output = self.token_chunks
+            output = self.output_tokens
             self.usage = {"prompt_tokens": self.prompt_estimate, "completion_tokens": output,
                           "total_tokens": self.prompt_estimate + output, "estimated": True}
             self.usage_estimated = True
@@ -68,7 +71,7 @@ class Meter:
     def output_tokens(self) -> int:
         if self.usage and isinstance(self.usage.get("completion_tokens"), int):
             return int(self.usage["completion_tokens"])
-        return self.token_chunks
+        return round(self.token_chunks * self.tokens_per_chunk)
 
     @property
     def decode_tps(self) -> float | None:

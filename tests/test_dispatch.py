@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.attempt import upstream_body
+from gateway.attempt import dropped_for, upstream_body
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import Dispatcher, DispatchLimits
@@ -270,6 +270,62 @@ async def test_usage_is_estimated_when_the_upstream_sends_none(catalogue: Catalo
     assert served.stream.meter.usage_estimated
 
 
+def test_a_field_kept_for_a_capability_reaches_only_endpoints_that_have_it(catalogue: Catalogue) -> None:
+    asked = replace(request(), body={**request().body, "reasoning_effort": "high"}, dropped=("tools.web_search",),
+                    capability_fields=(("reasoning_effort", "reasoning", "thinking"),))
+    reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
+    plain = replace(catalogue.models["m"][0], capabilities=frozenset())
+    assert orjson.loads(upstream_body(asked, reasons))["reasoning_effort"] == "high"
+    assert "reasoning_effort" not in orjson.loads(upstream_body(asked, plain))
+    assert dropped_for(asked, reasons) == ("tools.web_search",)
+    assert dropped_for(asked, plain) == ("tools.web_search", "thinking")
+
+
+def test_a_message_field_kept_for_a_capability_is_removed_from_every_message(catalogue: Catalogue) -> None:
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes", "reasoning_content": "hmm"}]
+    asked = replace(request(), body={**request().body, "messages": turns},
+                    capability_fields=(("messages.reasoning_content", "reasoning", "input.reasoning"),))
+    reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
+    plain = replace(catalogue.models["m"][0], capabilities=frozenset())
+    assert orjson.loads(upstream_body(asked, reasons))["messages"][1]["reasoning_content"] == "hmm"
+    assert orjson.loads(upstream_body(asked, plain))["messages"] == [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
+    assert turns[1]["reasoning_content"] == "hmm"  # the request's own body is kept for the next endpoint
+    assert dropped_for(asked, plain) == ("input.reasoning",)
+    also = replace(asked, dropped=("input.reasoning",))  # an item with nothing readable was dropped as well
+    assert dropped_for(also, plain) == ("input.reasoning",)
+
+
 def test_an_endpoint_without_stream_usage_is_not_asked_for_it(catalogue: Catalogue) -> None:
     quiet = replace(catalogue.models["m"][1], stream_usage=False)
     assert "stream_options" not in orjson.loads(upstream_body(request(), quiet))
+
+
+async def test_a_stream_without_usage_is_estimated_at_the_endpoint_s_tokens_per_chunk(catalogue: Catalogue) -> None:
+    """A host that packs four tokens in a chunk: once one of its answers has shown that with usage, a
+    stream of it that sends none (one that broke, say) is estimated -- and so charged, and counted
+    against max_tokens -- at four tokens a chunk, not one (issue 32, item 8)."""
+    four = sse(token("a b c d"), token(" e f g h"), {"choices": [], "usage": {"prompt_tokens": 3,
+                                                                            "completion_tokens": 8}}, b"[DONE]")
+    bare = sse(token("a b c d"), token(" e f g h"), token(" i j k l"), b"[DONE]")
+    bodies = iter([four, bare])
+    upstreams = Upstreams(catalogue.providers, lambda provider: httpx.MockTransport(
+        lambda req: respond(200, next(bodies), {"content-type": "text/event-stream"})))
+    store = MemoryStore()
+    health = HealthBoard()
+    recorder = Recorder(store, Router(catalogue, store), health)
+    none = Figures(None, None, None, 0, 0, "none")
+    plan = Plan(model="m", candidates=(Candidate(catalogue.models["m"][0], none, 0),))
+    dispatcher = Dispatcher(upstreams, recorder, health, store, DispatchLimits(stall_timeout_s=5.0), RetryBudget())
+    try:
+        usages = []
+        for _ in range(2):
+            served = await dispatcher.dispatch(request(), plan)
+            usages.append((await collect(served.stream, "m"))["usage"])
+            sample = recorder.record(served.stream.endpoint, served.stream.meter, Outcome.OK, 200,
+                                     served.started_at, served.in_flight_at_start)
+    finally:
+        await upstreams.aclose()
+    assert usages[0]["completion_tokens"] == 8 and "estimated" not in usages[0]
+    assert usages[1] == {"prompt_tokens": 1, "completion_tokens": 12, "total_tokens": 13, "estimated": True}
+    assert sample.output_tokens == 12 and sample.cost_usd == pytest.approx((1 * 1 + 12 * 2) / 1e6)

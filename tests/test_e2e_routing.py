@@ -196,6 +196,20 @@ def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim:
         sim.patch(home, faults={"error_rate": 0.0})
 
 
+def test_a_responses_conversation_sticks_by_its_prompt_cache_key(gateway: GatewayProcess) -> None:
+    """Codex names its conversation by `prompt_cache_key` in every Responses request (store: false,
+    the whole conversation each turn): its turns stick to one endpoint, as chat's do (see above)."""
+    client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    options: dict[str, Any] = {"provider": {"only": ["std", "eu"]}}
+    homes = []
+    for turn in range(20):
+        raw = client.responses.with_raw_response.create(
+            model="flash", input=f"turn {turn}", store=False, prompt_cache_key="codex-conversation-1",
+            extra_body=options)
+        homes.append(raw.headers["x-ultraroute-endpoint"])
+    assert len(set(homes)) == 1, homes
+
+
 def test_slowdown_loses_traffic_and_recovery_wins_it_back(gateway: GatewayProcess, sim: SimProcess) -> None:
     nitro = {"model": "flash:nitro", "messages": USER, "provider": {"only": ["std", "eu"]}}
     sim.patch("std", tokens_per_second=40)

@@ -34,7 +34,8 @@ PROFILE = {"ttft_ms": 2, "ttft_jitter": 0, "tokens_per_second": 5000, "output_to
 
 def schemathesis(gw: GatewayProcess, key: str, path_regex: str, report: Path) -> subprocess.CompletedProcess[str]:
     st = Path(sys.executable).with_name("st")
-    cmd = [str(st), "run", f"{gw.url}/openapi.json", "--include-path-regex", path_regex,
+    cmd = [str(st), "--config-file", str(ROOT / "tests" / "schemathesis.toml"),
+           "run", f"{gw.url}/openapi.json", "--include-path-regex", path_regex,
            "--header", f"Authorization: Bearer {key}", "--checks", "all",
            # ST_EXAMPLES / ST_SEED: a longer or different run by hand; CI runs the fixed one.
            "--max-examples", os.environ.get("ST_EXAMPLES", "40"), "--seed", os.environ.get("ST_SEED", "7"),

@@ -11,7 +11,7 @@ import pytest
 from starlette.responses import Response
 from starlette.types import Message
 
-from gateway.pipeline import WATCH_AFTER_S, unless_disconnected
+from gateway.pipeline import MAX_DROPPED_HEADER, WATCH_AFTER_S, dropped_header, unless_disconnected
 
 
 async def hung_up() -> Message:
@@ -80,3 +80,11 @@ async def test_cancelled_for_another_reason_is_not_taken_for_a_hang_up() -> None
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_the_dropped_header_is_printable_ascii_and_bounded() -> None:
+    assert dropped_header(("tools.web_search", "reasoning.summary")) == "tools.web_search, reasoning.summary"
+    escaped = dropped_header(("caf\u00e9\r\nx-injected: 1", "\U0001f600"))
+    assert escaped.isascii() and escaped.isprintable() and "\r" not in escaped and "\n" not in escaped
+    many = dropped_header(tuple(f"field_{i:04d}" for i in range(1000)))
+    assert len(many) <= MAX_DROPPED_HEADER + 20 and many.endswith("more)") and many.startswith("field_0000, ")

@@ -1,16 +1,21 @@
 """Per-key usage: requests and tokens per minute, and spend per budget period, shared by replicas.
 
 Counting and reading happen in memory, so admitting a request costs no I/O. With Redis, a background
-task (every `sync_s`) adds this replica's new counts to shared counters (`INCRBYFLOAT`, expiring)
-and reads back the totals of every replica, for the keys any replica used in the last two minutes
-and the spend of every key with a budget. A limit is then enforced across replicas within one sync
-interval: replicas may together overshoot by what they admit in that time. Without Redis (or while
-it is down) the counts are this replica's alone, and are kept in memory until Redis answers.
-Without Redis, spend is also written to `spend_file` (when it changed, at most every `sync_s`) so
-that a budget outlives a restart; a single replica is assumed then.
+task (every `sync_s`) adds this replica's new counts to shared counters (expiring) and reads back the
+totals of every replica, for the keys any replica used in the last two minutes and the spend of every
+key with a budget. A limit is then enforced across replicas within one sync interval: replicas may
+together overshoot by what they admit in that time. Without Redis (or while it is down) the counts
+are this replica's alone, and are kept in memory until Redis answers. Without Redis, spend is also
+written to `spend_file` (when it changed, at most every `sync_s`) so that a budget outlives a
+restart; a single replica is assumed then.
 
-Rate limits use a sliding window over two fixed minutes: the previous minute's count, weighted by
-how much of it is still inside the last 60 s, plus the current minute's.
+Rate limits count over a true sliding minute (sliding.py): one-second buckets over the last 60 s, so
+one replica admits at most N in any 60-second window. In Redis the buckets are the fields of one
+hash per key, kind and minute (`<prefix>:use:reqs:<key>:<minute>`, field: the second), read back
+whole at each sync.
+
+Crash bound: what a worker counts or charges reaches Redis (or `spend_file`) at its next sync, so a
+worker killed outright (SIGKILL) loses at most the last `sync_s` of its counts and spend.
 
 This module counts; `gate.py` decides what the counts allow.
 """
@@ -30,6 +35,7 @@ from pathlib import Path
 import orjson
 
 from gateway.access.keys import ApiKey, Period, period_id
+from gateway.access.sliding import SLOTS, SlidingMinute
 from gateway.background import Outage, cancel_and_wait
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
@@ -42,25 +48,14 @@ _SPEND_TTL_S: dict[Period, int] = {"day": 3 * 86_400, "month": 40 * 86_400}
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A key's sliding-minute count: `estimate` = previous minute x its share still in the window + current."""
+    """A key's count over the last 60 s at `now` (`estimate`), and how long until it falls to a target."""
 
-    previous: float
-    current: float
-    elapsed_s: float  # into the current minute
-
-    @property
-    def estimate(self) -> float:
-        return self.previous * (1.0 - self.elapsed_s / 60.0) + self.current
+    counts: SlidingMinute | None
+    now: float
+    estimate: float
 
     def seconds_until(self, target: float) -> float:
-        """How long until `estimate` falls to `target` or below, if nothing more is counted."""
-        if self.current <= target:
-            if self.previous <= 0:
-                return 0.0
-            share = 1.0 - (target - self.current) / self.previous  # of the previous minute still to pass
-            return max(0.0, share * 60.0 - self.elapsed_s)
-        # Not within this minute: next minute, this one becomes "previous" and drains.
-        return (60.0 - self.elapsed_s) + 60.0 * (1.0 - max(target, 0.0) / self.current)
+        return 0.0 if self.counts is None else self.counts.seconds_until(target, self.now)
 
 
 class Ledger:
@@ -73,17 +68,21 @@ class Ledger:
         self.budgeted = budgeted  # the keys whose spend is read back at every sync
         self.outage = Outage(log, "usage sharing", "limits are enforced per replica")
         self._redis = connect(redis_url, timeout_s=0.5) if redis_url else None
-        self._shared: dict[str, float] = {}  # every replica's totals as last read (all there is without Redis)
-        self._pending: dict[str, float] = {}  # this replica's counts not yet added to Redis
+        self._shared: dict[str, float] = {}  # every replica's spend as last read (all there is without Redis)
+        self._pending: dict[str, float] = {}  # this replica's spend not yet added to Redis
         self._ttl: dict[str, int] = {}
+        # (kind, key id) -> its last 60 s: every replica's as last read, plus this one's since.
+        self._counts: dict[tuple[str, str], SlidingMinute] = {}
+        self._rate_pending: dict[tuple[str, str], dict[int, float]] = {}  # -> {second: amount} not yet in Redis
         self._recent: dict[str, float] = {}  # key id -> when this replica last counted it
         self._task: asyncio.Task[None] | None = None
         self.spend_file = spend_file if redis_url is None else None
         self._spend_changed = False
 
-    # -- names -------------------------------------------------------------------------------
+    # -- names ---------------------------------------------------------------------------------
     def _rate_name(self, kind: str, key_id: str, minute: int) -> str:
-        return f"{self.prefix}:{kind}:{key_id}:{minute}"
+        # "reqs"/"toks": hashes of one-second buckets (the per-minute counters before were "req"/"tok").
+        return f"{self.prefix}:{kind}s:{key_id}:{minute}"
 
     def _spend_name(self, key: ApiKey, now: float) -> str:
         return f"{self.prefix}:usd:{key.id}:{period_id(key.budget_period, now)}"
@@ -101,20 +100,24 @@ class Ledger:
 
     def window(self, kind: str, key_id: str, now: float) -> Window:
         """`kind`: "req" or "tok"."""
-        minute = int(now // 60)
-        return Window(previous=self._value(self._rate_name(kind, key_id, minute - 1)),
-                      current=self._value(self._rate_name(kind, key_id, minute)),
-                      elapsed_s=now - minute * 60)
+        counts = self._counts.get((kind, key_id))
+        return Window(counts, now, 0.0 if counts is None else counts.count(now))
 
     def spend(self, key: ApiKey, now: float) -> float:
         return self._value(self._spend_name(key, now))
 
     def count(self, key_id: str, now: float, requests: int = 0, tokens: int = 0) -> None:
-        minute = int(now // 60)
-        if requests:
-            self._add(self._rate_name("req", key_id, minute), requests, _RATE_TTL_S)
-        if tokens:
-            self._add(self._rate_name("tok", key_id, minute), tokens, _RATE_TTL_S)
+        for kind, amount in (("req", requests), ("tok", tokens)):
+            if not amount:
+                continue
+            counts = self._counts.get((kind, key_id))
+            if counts is None:
+                counts = self._counts[(kind, key_id)] = SlidingMinute()
+            counts.add(now, amount)
+            if self._redis is not None:
+                pending = self._rate_pending.setdefault((kind, key_id), {})
+                second = int(now)
+                pending[second] = pending.get(second, 0.0) + amount
         self._recent[key_id] = now
 
     def charge(self, key: ApiKey, usd: float, now: float) -> None:
@@ -144,39 +147,82 @@ class Ledger:
             except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
 
-    async def sync(self) -> None:
-        """Add pending counts to Redis and read back every replica's totals (two round trips)."""
-        now = time.time()
+    async def sync(self, now: float | None = None) -> None:
+        """Add pending counts to Redis and read back every replica's totals (two round trips).
+        `now`: the clock's time (a test's own clock)."""
+        now = time.time() if now is None else now
         self._forget_old(now)
         if self._redis is None:
             await self._save_spend_file()
             return
         pending, self._pending = self._pending, {}
+        rates, self._rate_pending = self._rate_pending, {}
         active = f"{self.prefix}:active"
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for name, amount in pending.items():
                     pipe.incrbyfloat(name, amount)
                     pipe.expire(name, self._ttl.get(name, _RATE_TTL_S))
+                for (kind, key_id), seconds in rates.items():
+                    names = set()
+                    for second, amount in seconds.items():
+                        name = self._rate_name(kind, key_id, second // 60)
+                        pipe.hincrbyfloat(name, str(second), amount)
+                        names.add(name)
+                    for name in names:
+                        pipe.expire(name, _RATE_TTL_S)
                 recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
                 if recent:
                     pipe.zadd(active, recent)
                 pipe.zremrangebyscore(active, "-inf", now - ACTIVE_S)
                 pipe.zrange(active, 0, -1)
                 replies = await pipe.execute()
+            spend_totals = replies[0:2 * len(pending):2]
+            names = [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
+            counts, values = await self._read_back([key_id.decode() for key_id in replies[-1]], names, now)
         except BaseException:
             for name, amount in pending.items():  # counted again at the next sync
                 self._pending[name] = self._pending.get(name, 0.0) + amount
+            for rate, seconds in rates.items():
+                mine = self._rate_pending.setdefault(rate, {})
+                for second, amount in seconds.items():
+                    mine[second] = mine.get(second, 0.0) + amount
             raise
-        minute = int(now // 60)
-        names = [self._rate_name(kind, key_id.decode(), m)
-                 for key_id in replies[-1] for kind in ("req", "tok") for m in (minute - 1, minute)]
-        names += [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
-        values = await self._adopt_legacy_spend(names, await self._redis.mget(names) if names else [])
+        for rate, seconds in self._rate_pending.items():  # counted while we waited: not in Redis yet
+            target = counts.setdefault(rate, SlidingMinute())
+            for second, amount in seconds.items():
+                target.add(second, amount)
+        self._counts = counts
+        values = await self._adopt_legacy_spend(names, values)
         shared = {name: float(v) for name, v in zip(names, values, strict=True) if v is not None}
-        for name, total in zip(pending, replies[0:2 * len(pending):2], strict=True):
+        for name, total in zip(pending, spend_totals, strict=True):
             shared.setdefault(name, float(total))
         self._shared = shared
+
+    async def _read_back(self, key_ids: list[str], spend_names: list[str],
+                         now: float) -> tuple[dict[tuple[str, str], SlidingMinute], list[bytes | None]]:
+        """Every replica's one-second buckets of the last 60 s, for `key_ids`, and the values of
+        `spend_names` (one round trip)."""
+        assert self._redis is not None
+        minute, oldest = int(now // 60), int(now) - SLOTS
+        rates = [(kind, key_id) for key_id in key_ids for kind in ("req", "tok")]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for kind, key_id in rates:
+                for m in (minute - 1, minute):
+                    pipe.hgetall(self._rate_name(kind, key_id, m))
+            for name in spend_names:  # GETs, not an MGET: a cluster pipeline refuses multi-key commands
+                pipe.get(name)
+            replies = await pipe.execute()
+        counts: dict[tuple[str, str], SlidingMinute] = {}
+        for i, rate in enumerate(rates):
+            buckets = {**replies[2 * i], **replies[2 * i + 1]}
+            if not buckets:
+                continue
+            sliding = counts[rate] = SlidingMinute()
+            for second, amount in sorted((int(s), float(a)) for s, a in buckets.items()):
+                if second > oldest:
+                    sliding.add(second, amount)
+        return counts, replies[2 * len(rates):]
 
     async def _adopt_legacy_spend(self, names: list[str], values: list[bytes | None]) -> list[bytes | float | None]:
         """Spend an earlier version counted under `<prefix>:use:usd:...` (no hash tag) moves to the new
@@ -193,14 +239,14 @@ class Ledger:
         return out
 
     def _forget_old(self, now: float) -> None:
-        """Drop minutes that have left the window and budget periods that have ended."""
-        oldest = int(now // 60) - 1
+        """Drop budget periods that have ended, and the counts of keys not used for two minutes."""
         live_periods = {period_id("day", now), period_id("month", now)}
         for table in (self._shared, self._pending):
-            for name in [n for n in table if not _still_counts(n, oldest, live_periods)]:
+            for name in [n for n in table if n.rsplit(":", 1)[-1] not in live_periods]:
                 del table[name]
                 self._ttl.pop(name, None)
         self._recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
+        self._counts = {rate: c for rate, c in self._counts.items() if rate[1] in self._recent}
 
     async def load_spend_file(self) -> None:
         if self.spend_file is None:
@@ -250,8 +296,3 @@ def _write_json(path: Path, data: dict[str, float]) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(orjson.dumps(data))
     os.replace(tmp, path)
-
-
-def _still_counts(name: str, oldest_minute: int, live_periods: set[str]) -> bool:
-    kind, _key_id, slot = name.rsplit(":", 3)[-3:]
-    return slot in live_periods if kind == "usd" else int(slot) >= oldest_minute

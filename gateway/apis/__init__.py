@@ -2,9 +2,12 @@
 
     chat.py          POST /v1/chat/completions   the gateway's own shape (parse.py, relay.py)
     responses.py     POST /v1/responses          OpenAI Responses -> chat; responses_render.py answers;
-                     stored.py: GET/DELETE /v1/responses/{id} (sessions/)
-    messages.py      POST /v1/messages           Anthropic Messages -> chat; messages_render.py answers;
-                                                 errors in Anthropic's shape
+                     stored.py: GET/DELETE /v1/responses/{id} (sessions/);
+                     responses_ws.py: GET /v1/responses upgraded to a WebSocket (many responses)
+    messages.py      POST /v1/messages           Anthropic Messages -> chat (content and tools:
+                                                 messages_content.py); messages_render.py answers;
+                                                 errors in Anthropic's shape; count_tokens.py:
+                                                 POST /v1/messages/count_tokens, an estimate
     completions.py   POST /v1/completions        legacy completions, forwarded to `completions` endpoints
     embeddings.py    POST /v1/embeddings         forwarded to `embeddings` endpoints, latency measured
 

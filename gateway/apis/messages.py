@@ -1,130 +1,67 @@
 """`POST /v1/messages` (Anthropic's Messages API), translated to a chat completion upstream.
 
     system              a string or text blocks -> a leading system message
-    messages            user/assistant turns; content a string or blocks: text, image (base64 or
-                        url source) -> image_url parts; tool_use (assistant) -> `tool_calls`;
-                        tool_result (user) -> a `tool` message each, before the turn's other content
-    tools               {name, description, input_schema} -> function tools
+    messages            user/assistant turns, and system turns (Claude Code sends one) -> chat
+                        messages in order; content blocks by messages_content.py
+    tools               client tools -> function tools; server tools (web_search_20250305, ...) dropped
     tool_choice         auto -> auto, any -> required, tool -> that function, none -> none;
-                        disable_parallel_tool_use -> parallel_tool_calls: false
+                        disable_parallel_tool_use -> parallel_tool_calls: false; forcing a dropped
+                        server tool is a 400 naming both, unless an anthropic endpoint serves it
+    thinking, output_config.effort   -> `reasoning_effort`, for endpoints with the `reasoning`
+                        capability only (else dropped, named): enabled by its budget_tokens (< 4096
+                        low, < 16384 medium, else high), adaptive -> the model's own default, an
+                        effort low/medium/high as it is, xhigh/max -> high; disabled -> none sent
+    output_config.format  json_schema -> response_format json_schema
     max_tokens (required), stop_sequences -> stop, temperature, top_p, stream
+    metadata.user_id    the session affinity key, unless `session_id` or `x-session-id` gives one
     provider, speed, models, session_id   the gateway's routing fields, as in chat
     fallbacks           Anthropic's server-side fallbacks: their models become `models` (never forwarded)
 
-The client key may come as `x-api-key` (the Anthropic SDK's header) or as a bearer token
-(access/gate.py); `anthropic-version` and `anthropic-beta` are accepted and not needed. Errors are
-rendered in Anthropic's shape (`errors.error_body(..., "anthropic")`); answers by messages_render.py.
+Any other field (context_management, container, mcp_servers, service_tier, top_k, cache_control,
+and next month's) is accepted, not forwarded, and named in `x-ultraroute-dropped` (README, "Client
+API fields"). All of that is the translation's: an `anthropic` endpoint is passed the body as sent
+(gateway/upstreams/anthropic.py), nothing dropped. The client key may come as `x-api-key` (the
+Anthropic SDK's header) or as a bearer token (access/gate.py); `anthropic-version`,
+`anthropic-beta` and `?beta=true` are accepted and not needed (the betas go on to an anthropic
+endpoint). Errors are rendered in Anthropic's shape (`errors.error_body(..., "anthropic")`); answers
+by messages_render.py. `count_tokens()` is `POST /v1/messages/count_tokens`'s estimate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
-import orjson
-
+from gateway.apis import messages_content
 from gateway.apis.adapter import ClientApi, StreamRenderer
+from gateway.apis.messages_content import Translation, bad, field_name, system_text
 from gateway.apis.messages_render import MessagesStream, render_message
 from gateway.apis.schemas import MESSAGES_REQUEST
+from gateway.attempt import prompt_estimate
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
 
 ROUTING_FIELDS = ("provider", "speed", "models", "session_id", "route", "transforms", "usage")
-
-
-def _bad(message: str, param: str) -> InvalidRequest:
-    return InvalidRequest(message, param=param)
-
-
-def _text(block: Any, where: str) -> str:
-    if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-        raise _bad(f"'{where}' must be a text block.", where)
-    return str(block["text"])
-
-
-def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
-    source = block.get("source")
-    if (isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str)
-            and isinstance(source.get("media_type", ""), str)):
-        url = f"data:{source.get('media_type', 'image/png')};base64,{source['data']}"
-    elif isinstance(source, dict) and source.get("type") == "url" and isinstance(source.get("url"), str):
-        url = source["url"]
-    else:
-        raise _bad(f"'{where}.source' must be a base64 or url image source.", f"{where}.source")
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _tool_result_text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # Images in a tool result are checked but not forwarded: a chat tool message is text.
-        return "".join(_text(b, f"{where}[{i}]") for i, b in enumerate(content)
-                       if not (isinstance(b, dict) and b.get("type") == "image" and _image(b, f"{where}[{i}]")))
-    raise _bad(f"'{where}' must be a string or an array of text blocks.", where)
-
-
-def _turn(message: Any, where: str) -> list[dict[str, Any]]:
-    """One Anthropic turn as chat messages (tool results first, then the rest of the turn)."""
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise _bad(f"'{where}.role' must be user or assistant.", f"{where}.role")
-    role, content = message["role"], message.get("content")
-    if isinstance(content, str):
-        return [{"role": role, "content": content}]
-    if not isinstance(content, list):
-        raise _bad(f"'{where}.content' must be a string or an array of content blocks.", f"{where}.content")
-    tool_results: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    for i, block in enumerate(content):
-        at = f"{where}.content[{i}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            parts.append({"type": "text", "text": _text(block, at)})
-        elif kind == "image":
-            parts.append(_image(block, at))
-        elif kind == "tool_use" and role == "assistant":
-            if (not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str)
-                    or not isinstance(block.get("input", {}), dict)):
-                raise _bad(f"'{at}' needs a string id and name, and an object input.", at)
-            calls.append({"id": block["id"], "type": "function", "function": {
-                "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
-        elif kind == "tool_result" and role == "user":
-            if not isinstance(block.get("tool_use_id"), str) or not isinstance(block.get("is_error", False), bool):
-                raise _bad(f"'{at}' needs a string tool_use_id (and a boolean is_error).", f"{at}.tool_use_id")
-            text = _tool_result_text(block.get("content"), f"{at}.content")
-            if block.get("is_error"):
-                text = f"Error: {text}"
-            tool_results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue  # earlier reasoning: chat completions take none
-        else:
-            raise _bad(f"'{at}.type' {str(kind)[:40]!r} is not supported (text, image, tool_use, tool_result).",
-                       f"{at}.type")
-    out = list(tool_results)
-    if parts or calls:
-        text_only = all(p["type"] == "text" for p in parts)
-        body: Any = "".join(p["text"] for p in parts) if text_only else parts
-        turn: dict[str, Any] = {"role": role, "content": body if body or not calls else None}
-        if calls:
-            turn["tool_calls"] = calls
-        out.append(turn)
-    return out
+# Fields translated here; any other is dropped and named.
+TRANSLATED = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences",
+                        "temperature", "top_p", "stream", "thinking", "output_config", "metadata", "fallbacks",
+                        *ROUTING_FIELDS})
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+# Kept only for endpoints that reason: (body key, capability, the client field it came from).
+THINKING = ("reasoning_effort", "reasoning", "thinking")
+EFFORT = ("reasoning_effort", "reasoning", "output_config.effort")
 
 
 def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     if value is None:
         return None, None
     if not isinstance(value, dict):
-        raise _bad("'tool_choice' must be an object.", "tool_choice")
+        raise bad("'tool_choice' must be an object.", "tool_choice")
     if not isinstance(value.get("disable_parallel_tool_use", False), bool):
         param = "tool_choice.disable_parallel_tool_use"
-        raise _bad(f"'{param}' must be a boolean.", param)
+        raise bad(f"'{param}' must be a boolean.", param)
     parallel = False if value.get("disable_parallel_tool_use") else None
     kind = value.get("type")
     if kind in ("auto", "none"):
@@ -133,65 +70,126 @@ def _tool_choice(value: Any) -> tuple[Any, bool | None]:
         return "required", parallel
     if kind == "tool" and isinstance(value.get("name"), str):
         return {"type": "function", "function": {"name": value["name"]}}, parallel
-    raise _bad("'tool_choice.type' must be auto, any, tool (with a name) or none.", "tool_choice.type")
+    raise bad("'tool_choice.type' must be auto, any, tool (with a name) or none.", "tool_choice.type")
 
 
-def translate(body: dict[str, Any]) -> dict[str, Any]:
-    """A Messages body -> the chat completions body. Fields not translated here (metadata, top_k,
-    thinking, ...) are accepted and not forwarded."""
+def _budget_effort(budget: Any) -> str | None:
+    if type(budget) is not int:
+        return None
+    return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+
+
+def _reasoning(body: dict[str, Any], chat: dict[str, Any], into: Translation) -> list[tuple[str, str, str]]:
+    """`thinking` and `output_config` -> `reasoning_effort` (and `response_format`); returns the
+    capability fields: what only endpoints that reason get, named for the others."""
+    kept: list[tuple[str, str, str]] = []
+    thinking = body.get("thinking")
+    if thinking is not None and not isinstance(thinking, dict):
+        into.drop("thinking")
+        thinking = None
+    disabled = thinking is not None and thinking.get("type") == "disabled"
+    effort: str | None = None
+    if thinking is not None and not disabled:
+        kept.append(THINKING)  # adaptive (and next month's kinds): the model's own default effort
+        if thinking.get("type") == "enabled":
+            effort = _budget_effort(thinking.get("budget_tokens"))
+    config = body.get("output_config")
+    if isinstance(config, dict):
+        asked = config.get("effort")
+        if isinstance(asked, str) and asked in EFFORTS and not disabled:
+            effort = EFFORTS[asked]
+            kept.append(EFFORT)
+        elif asked is not None:  # an effort without thinking has no chat equivalent
+            into.drop("output_config.effort")
+        output_format = config.get("format")
+        if (isinstance(output_format, dict) and output_format.get("type") == "json_schema"
+                and isinstance(output_format.get("schema"), dict)):
+            chat["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "output", "schema": output_format["schema"]}}
+        elif output_format is not None:
+            into.drop("output_config.format")
+        for key in config:
+            if key not in ("effort", "format"):
+                into.drop(f"output_config.{field_name(key)}")
+    elif config is not None:
+        into.drop("output_config")
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    return kept
+
+
+def _session(body: dict[str, Any], chat: dict[str, Any], headers: Mapping[str, str]) -> None:
+    """`metadata.user_id` as the session affinity key: Claude Code's names its session. A client's
+    own `session_id` or `x-session-id` comes first."""
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(user_id, str) and user_id and "session_id" not in body and "x-session-id" not in headers:
+        chat["session_id"] = user_id[:512]
+
+
+def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *, max_messages: int | None = None,
+              counting: bool = False) -> tuple[dict[str, Any], Translation, tuple[tuple[str, str, str], ...]]:
+    """A Messages body -> the chat completions body, what was dropped (and the prompt's size), and
+    the fields kept only for endpoints with a capability. `counting`: for count_tokens, where
+    max_tokens is not asked for."""
+    into = Translation()
     max_tokens = body.get("max_tokens")
     if type(max_tokens) is float and max_tokens.is_integer():
         max_tokens = int(max_tokens)  # 16.0 is an integer to JSON Schema
-    if type(max_tokens) is not int or max_tokens < 1:
-        raise _bad("max_tokens: Field required (an integer >= 1).", "max_tokens")
+    if not counting and (type(max_tokens) is not int or max_tokens < 1):
+        raise bad("max_tokens: Field required (an integer >= 1).", "max_tokens")
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
-        raise _bad("messages: Field required (a non-empty array).", "messages")
+        raise bad("messages: Field required (a non-empty array).", "messages")
+    if max_messages is not None and len(raw_messages) > max_messages:
+        raise InvalidRequest(f"'messages' has {len(raw_messages)} entries; the limit is {max_messages}.",
+                             param="messages", code="too_many_messages")
     system = body.get("system")
-    if isinstance(system, list):
-        system = "".join(_text(b, f"system[{i}]") for i, b in enumerate(system))
-    elif system is not None and not isinstance(system, str):
-        raise _bad("system: must be a string or an array of text blocks.", "system")
+    system = None if system is None else system_text(system, "system", into)
     messages = [{"role": "system", "content": system}] if system else []
     for i, message in enumerate(raw_messages):
-        messages += _turn(message, f"messages[{i}]")
-    if len(messages) == (1 if system else 0):  # turns with nothing to forward (only thinking): an empty one
+        messages += messages_content.turn(message, f"messages[{i}]", into)
+    if all(m["role"] == "system" for m in messages):  # nothing but system text, or only thinking: a user turn
         messages.append({"role": "user", "content": ""})
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise _bad(f"{name}: must be a number.", name)
+            raise bad(f"{name}: must be a number.", name)
     chat: dict[str, Any] = {k: body[k] for k in ("model", "stream", "temperature", "top_p", *ROUTING_FIELDS)
                             if k in body}
     chat["messages"] = messages
-    chat["max_tokens"] = max_tokens
+    if not counting:
+        chat["max_tokens"] = max_tokens
     stop = body.get("stop_sequences")
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise _bad("stop_sequences: must be an array of strings.", "stop_sequences")
+            raise bad("stop_sequences: must be an array of strings.", "stop_sequences")
         chat["stop"] = stop
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise _bad("tools: must be an array.", "tools")
-        chat_tools = []
-        for i, tool in enumerate(tools):
-            if (not isinstance(tool, dict) or not isinstance(tool.get("name"), str)
-                    or not isinstance(tool.get("input_schema", {}), dict)
-                    or not isinstance(tool.get("description", ""), str)):
-                raise _bad(f"tools.{i}: a client tool needs a name (and an object input_schema).", f"tools[{i}]")
-            function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
-            if tool.get("description"):
-                function["description"] = tool["description"]
-            chat_tools.append({"type": "function", "function": function})
-        if chat_tools:
-            chat["tools"] = chat_tools
+    chat_tools, dropped_tools = messages_content.tools(body["tools"], into) if body.get("tools") is not None \
+        else ([], {})
+    if chat_tools:
+        chat["tools"] = chat_tools
     choice, parallel = _tool_choice(body.get("tool_choice"))
-    if choice is not None:
+    forced = choice["function"]["name"] if isinstance(choice, dict) else None
+    # Forcing a server tool: an anthropic endpoint runs it; a translation cannot (kept, not raised).
+    if forced is not None and forced in dropped_tools:
+        into.refusal = Untranslatable(f"'tool_choice' forces the tool '{forced[:64]}', which chat upstreams cannot "
+                                      f"run: it is dropped ({dropped_tools[forced]}).", param="tool_choice")
+    elif choice == "required" and dropped_tools and not chat_tools:
+        into.refusal = Untranslatable("'tool_choice' forces a tool call, but every tool offered is one chat "
+                                      "upstreams cannot run: dropped "
+                                      f"({', '.join(sorted(set(dropped_tools.values())))}).", param="tool_choice")
+    if choice is not None and (chat_tools or not dropped_tools):
         chat["tool_choice"] = choice
-    if parallel is not None and tools:
+    if parallel is not None and chat_tools:
         chat["parallel_tool_calls"] = parallel
-    return chat
+    kept = _reasoning(body, chat, into)
+    if headers is not None:
+        _session(body, chat, headers)
+    for key, value in body.items():
+        if key not in TRANSLATED and value is not None:
+            into.drop(field_name(key))
+    return chat, into, tuple(kept)
 
 
 class MessagesApi(ClientApi):
@@ -207,17 +205,27 @@ class MessagesApi(ClientApi):
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
         body = parse_json_body(raw, limits)
-        chat_body = translate(body)
+        chat, translation, kept = translate(body, headers, max_messages=limits.max_messages)
         fallbacks = body.get("fallbacks")  # Anthropic's server-side fallback: the gateway's own `models`
-        if isinstance(fallbacks, list) and "models" not in chat_body:
-            chat_body["models"] = [f["model"] for f in fallbacks
-                                   if isinstance(f, dict) and isinstance(f.get("model"), str)]
-        chat = chat_request_from(chat_body, headers, request_id, limits, api=self.name)
-        # Kept for an anthropic endpoint, which is passed the body as sent (gateway/upstreams/anthropic.py).
-        return replace(chat, client_body=body, client_betas=headers.get("anthropic-beta"))
+        if isinstance(fallbacks, list) and "models" not in chat:
+            chat["models"] = [f["model"] for f in fallbacks if isinstance(f, dict) and isinstance(f.get("model"), str)]
+        # The body is kept for an anthropic endpoint, which is passed it as sent (gateway/upstreams/anthropic.py).
+        return chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
+                                 dropped=translation.names(), capability_fields=kept, client_body=body,
+                                 client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
+
+    def count_tokens(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
+        """The request of `POST /v1/messages/count_tokens` (max_tokens not needed); its
+        `prompt_estimate` is the answer where no upstream counts."""
+        check_headers(headers)
+        chat, translation, _ = translate(parse_json_body(raw, limits), headers, max_messages=limits.max_messages,
+                                         counting=True)
+        chat["stream"] = False
+        return chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
+                                 dropped=translation.names())
 
     def render_json(self, result: dict[str, Any], chat: ChatRequest) -> dict[str, Any]:
         return render_message(result, chat.model)
 
     def stream_renderer(self, chat: ChatRequest, model: str) -> StreamRenderer | None:
-        return MessagesStream(chat.model)
+        return MessagesStream(chat.model, prompt_estimate(chat))

@@ -5,8 +5,10 @@ line). Content blocks are `text` and `tool_use` (a chat tool call; its JSON argu
 `input`). Reasoning is not rendered: Anthropic's `thinking` blocks carry a signature no open model
 produces. Finish reasons map stop -> end_turn, length -> max_tokens, tool_calls -> tool_use.
 
-Stream: message_start, then per block content_block_start, content_block_delta (text_delta or
-input_json_delta) ..., content_block_stop; message_delta with stop_reason and usage; message_stop.
+Stream: message_start (its usage: the input tokens estimated from the request, as Anthropic puts
+its count there), then per block content_block_start, content_block_delta (text_delta or
+input_json_delta) ..., content_block_stop; message_delta with stop_reason and the usage the gateway
+charged (the upstream's, else its estimate, `"estimated": true`); message_stop.
 A failure after message_start ends the stream with an `error` event in Anthropic's shape.
 """
 
@@ -34,11 +36,15 @@ def stop_reason(finish_reason: str | None) -> str:
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, Any]:
+    """Anthropic's usage object from a chat one; `"estimated": true` kept where the gateway estimated it."""
     usage = usage or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return {"input_tokens": int(usage.get("prompt_tokens") or 0) - cached, "output_tokens":
-            int(usage.get("completion_tokens") or 0), "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached}
+    out = {"input_tokens": int(usage.get("prompt_tokens") or 0) - cached, "output_tokens":
+           int(usage.get("completion_tokens") or 0), "cache_creation_input_tokens": 0,
+           "cache_read_input_tokens": cached}
+    if usage.get("estimated"):
+        out["estimated"] = True
+    return out
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -81,8 +87,9 @@ class _Block:
 class MessagesStream:
     """The Messages event stream of one answer (a `StreamRenderer`)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, input_estimate: int = 0) -> None:
         self.model = model
+        self.input_estimate = input_estimate
         self.id = new_message_id()
         self._blocks = 0
         self._open: _Block | None = None
@@ -95,8 +102,10 @@ class MessagesStream:
         return sse_event(kind, orjson.dumps({"type": kind, **fields}))
 
     def start(self) -> bytes:
-        # Input tokens are known only at the end (the upstream's usage chunk): message_delta carries them.
-        start = message_object(self.id, self.model, [], None, {"input_tokens": 0, "output_tokens": 0})
+        # The upstream's count comes only at the end (its usage chunk): message_delta carries it then.
+        start = message_object(self.id, self.model, [], None, {"input_tokens": self.input_estimate, "output_tokens": 0,
+                                                                "cache_creation_input_tokens": 0,
+                                                                "cache_read_input_tokens": 0})
         return self._event("message_start", message=start) + self._event("ping")
 
     def _close(self) -> list[bytes]:

@@ -1,37 +1,46 @@
 """`POST /v1/responses` (OpenAI's Responses API), translated to a chat completion upstream.
 
-    input               a string, or a list of messages and items -> chat `messages`:
-                        message (role user/system/developer/assistant; input_text, output_text and
-                        input_image parts), function_call -> an assistant `tool_calls` entry,
-                        function_call_output -> a `tool` message; reasoning items are dropped
+    input               -> chat `messages` (responses_input.py: messages, function and custom tool
+                        calls and their outputs, reasoning items; items with no chat equivalent are
+                        dropped and named)
     instructions        -> a leading system message (not carried over by previous_response_id)
-    tools, tool_choice  function tools only -> chat `tools` / `tool_choice`
+    tools, tool_choice  -> chat `tools` / `tool_choice` (responses_tools.py: function tools as they are,
+                        namespaces flattened, custom tools as functions of one string; built-in tools
+                        dropped and named; forcing a dropped tool is a 400)
     max_output_tokens   -> max_tokens;  temperature, top_p, parallel_tool_calls as they are
     text.format         json_schema -> response_format json_schema; json_object likewise
-    reasoning.effort    -> reasoning_effort
+    reasoning.effort    -> reasoning_effort, for endpoints that reason (capability `reasoning`)
     store, previous_response_id   the session store (gateway/sessions/): `recall` prepends the stored
                         conversation, `after` stores the new turn in the background
-    provider, speed, models, session_id, service_tier   the gateway's routing fields, as in chat
+    provider, speed, models, session_id, service_tier, prompt_cache_key   the gateway's routing
+                        fields, as in chat (prompt_cache_key: the conversation's affinity key)
+    user, safety_identifier, prompt_cache_retention   passed on as they are
 
-Stateless unless `store: true`. What the gateway cannot honour through chat completions (built-in
-tools, `conversation`, `background`, `prompt`) is refused with a 400 naming it; other fields
-(`user`, `include`, `truncation`, ...) are accepted and not forwarded.
-Answers are rendered by `responses_render.py`.
+Stateless unless `store: true`. Fields that change nothing a chat completion answers (`include`,
+`client_metadata`, `stream_options`, ...) are accepted. What only OpenAI's own state can honour
+(`conversation`, `background: true`, `prompt`) is refused with a 400 naming it. Any other field,
+known or new (`text.verbosity`, `reasoning.summary`, ...), is dropped and named in
+`x-ultraroute-dropped` (README, "Client API fields"). Drops, and the refusals only a translation
+needs (a forced built-in tool, an image by file_id), are the translation's: an `openai-responses`
+endpoint is passed the body as sent (gateway/upstreams/openai_responses.py). Answers are rendered
+by `responses_render.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
+from gateway.apis.responses_input import REASONING, ChatInput, chat_input
 from gateway.apis.responses_render import ResponsesCall, ResponsesStream, render_response
+from gateway.apis.responses_tools import chat_tool_choice, chat_tools
 from gateway.apis.schemas import RESPONSES_REQUEST
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest, RequestContext
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
 from gateway.sessions import StoredResponse, owner_of
 
@@ -41,130 +50,30 @@ if TYPE_CHECKING:
 # Fields translated or acted on here; the gateway's routing fields pass to chat_request_from.
 ROUTING_FIELDS = ("provider", "speed", "models", "session_id", "route", "transforms", "usage", "service_tier",
                   "prompt_cache_key")
-# Fields of OpenAI's API that only its own state or tools can honour: refused, not silently dropped.
-UNSUPPORTED_FIELDS = frozenset({"background", "conversation", "prompt"})
-ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+# OpenAI's fields that chat completions take as they are.
+PASSED_FIELDS = ("user", "safety_identifier", "prompt_cache_retention")
+TRANSLATED_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens",
+                               "temperature", "top_p", "parallel_tool_calls", "text", "reasoning", "store",
+                               "stream", "previous_response_id", "metadata", *ROUTING_FIELDS, *PASSED_FIELDS})
+# Fields that change nothing a chat completion answers: accepted, with no effect (not "dropped").
+NO_EFFECT_FIELDS = frozenset({"include", "stream_options", "client_metadata", "max_tool_calls"})
+# Fields of OpenAI's API that refer to its own state or run in its own servers: refused when set.
+UNSUPPORTED_FIELDS = ("background", "conversation", "prompt")
+# Kept only for endpoints that reason (upstream_body removes them elsewhere): (body key, capability, name).
+EFFORT = ("reasoning_effort", "reasoning", "reasoning.effort")
+REASONING_CONTENT = ("messages.reasoning_content", "reasoning", REASONING)
 
 
 def _bad(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param)
 
 
-def _part(part: Any, where: str) -> dict[str, Any] | str:
-    if not isinstance(part, dict):
-        raise _bad(f"'{where}' must be an object.", where)
-    kind = part.get("type")
-    if kind in ("input_text", "output_text", "text"):
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise _bad(f"'{where}.text' must be a string.", f"{where}.text")
-        return text
-    if kind == "refusal":
-        if not isinstance(part.get("refusal"), str):
-            raise _bad(f"'{where}.refusal' must be a string.", f"{where}.refusal")
-        return str(part["refusal"])
-    if kind == "input_image":
-        url = part.get("image_url")
-        if not isinstance(url, str):
-            raise _bad(f"'{where}.image_url' must be a URL or data URL (file_id is not supported).",
-                       f"{where}.image_url")
-        return {"type": "image_url", "image_url": {"url": url, "detail": part.get("detail") or "auto"}}
-    raise _bad(f"'{where}.type' {str(kind)[:40]!r} is not supported here (input_text, output_text, input_image).",
-               f"{where}.type")
-
-
-def _content(content: Any, where: str) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise _bad(f"'{where}' must be a string or an array of content parts.", where)
-    parts = [_part(p, f"{where}[{i}]") for i, p in enumerate(content)]
-    if all(isinstance(p, str) for p in parts):
-        return "".join(parts)  # type: ignore[arg-type]
-    return [{"type": "text", "text": p} if isinstance(p, str) else p for p in parts]
-
-
-def _output_text(output: Any, where: str) -> str:
-    if isinstance(output, str):
-        return output
-    if isinstance(output, list):
-        parts = [_part(p, f"{where}[{i}]") for i, p in enumerate(output)]
-        return "".join(p for p in parts if isinstance(p, str))
-    raise _bad(f"'{where}' must be a string or an array of content parts.", where)
-
-
-def input_messages(value: Any) -> list[dict[str, Any]]:
-    """The `input` as chat messages. Consecutive function calls become one assistant message."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise _bad("'input' must be a string or a non-empty array of items.", "input")
-    messages: list[dict[str, Any]] = []
-    for i, item in enumerate(value):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise _bad(f"'{where}' must be an object.", where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
-            if role is None:
-                raise _bad(f"'{where}.role' must be one of user, system, developer, assistant.", f"{where}.role")
-            messages.append({"role": role, "content": _content(item.get("content"), f"{where}.content")})
-        elif kind == "function_call":
-            call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
-            if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str)):
-                raise _bad(f"'{where}' needs string call_id, name and arguments.", where)
-            call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-            if messages and messages[-1]["role"] == "assistant":  # text then calls: one turn, as chat has it
-                messages[-1].setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str):
-                raise _bad(f"'{where}.call_id' must be a string.", f"{where}.call_id")
-            messages.append({"role": "tool", "tool_call_id": call_id,
-                             "content": _output_text(item.get("output"), f"{where}.output")})
-        elif kind == "reasoning":
-            continue  # the model's own reasoning from an earlier turn: chat completions take none
-        else:
-            raise _bad(f"'{where}.type' {str(kind)[:40]!r} is not supported (message, function_call, "
-                       "function_call_output).", f"{where}.type")
-    return messages
-
-
-def _tools(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _bad("'tools' must be an array.", "tools")
-    tools = []
-    for i, tool in enumerate(value):
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
-            raise _bad(f"'tools[{i}]': only function tools ({{\"type\": \"function\", \"name\": ...}}) are "
-                       "supported.", f"tools[{i}]")
-        tools.append(tool)
-    return tools
-
-
-def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-    return {"type": "function", "function": function}
-
-
-def _tool_choice(value: Any) -> Any:
-    if value is None or value in ("auto", "none", "required"):
-        return value
-    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
-        return {"type": "function", "function": {"name": value["name"]}}
-    raise _bad("'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}.", "tool_choice")
-
-
-def _response_format(text: Any) -> dict[str, Any] | None:
+def _response_format(text: Any, dropped: list[str]) -> dict[str, Any] | None:
     if text is None:
         return None
     if not isinstance(text, dict):
         raise _bad("'text' must be an object.", "text")
+    dropped += [f"text.{k[:64]}" for k in text if k != "format" and text[k] is not None]  # verbosity, ...
     fmt = text.get("format")
     if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
         return None
@@ -175,7 +84,10 @@ def _response_format(text: Any) -> dict[str, Any] | None:
             raise _bad("'text.format' of type json_schema needs a string name and an object schema.", "text.format")
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
         return {"type": "json_schema", "json_schema": schema}
-    raise _bad("'text.format.type' must be text, json_object or json_schema.", "text.format")
+    if isinstance(fmt, dict) and isinstance(fmt.get("type"), str):  # a format not known yet: plain text
+        dropped.append(f"text.format.{fmt['type'][:64]}")
+        return None
+    raise _bad("'text.format' must be an object with a string 'type'.", "text.format")
 
 
 def _number(body: Mapping[str, Any], name: str) -> float | None:
@@ -185,20 +97,58 @@ def _number(body: Mapping[str, Any], name: str) -> float | None:
     return value
 
 
+def _effort(reasoning: Any, dropped: list[str]) -> str | None:
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, dict):
+        raise _bad("'reasoning' must be an object.", "reasoning")
+    effort = reasoning.get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise _bad("'reasoning.effort' must be a string.", "reasoning.effort")
+    # summary (and the older generate_summary): chat completions give the reasoning itself, no summary.
+    dropped += [f"reasoning.{k[:64]}" for k in reasoning if k != "effort" and reasoning[k] is not None]
+    return effort
+
+
+def _not_forwarded(body: Mapping[str, Any], dropped: list[str]) -> None:
+    """Refuse what cannot be honoured; name the fields chat completions have no equivalent for."""
+    for name in UNSUPPORTED_FIELDS:
+        if body.get(name):
+            raise _bad(f"Not supported by this gateway: {name}.", name)
+    for name, value in body.items():
+        if name in TRANSLATED_FIELDS or name in NO_EFFECT_FIELDS or name in UNSUPPORTED_FIELDS or value is None:
+            continue
+        if name == "truncation" and value == "disabled":  # what chat completions do
+            continue
+        if name == "top_logprobs" and value == 0:
+            continue
+        dropped.append(name[:64])
+
+
 def chat_messages(call: ResponsesCall) -> list[dict[str, Any]]:
     system = [{"role": "system", "content": call.instructions}] if call.instructions else []
     # Input of reasoning items only is an empty turn, not an empty conversation.
     return [*system, *call.history, *(call.input_messages or ({"role": "user", "content": ""},))]
 
 
-def translate(body: dict[str, Any]) -> tuple[dict[str, Any], ResponsesCall]:
-    """A Responses body -> (the chat completions body, what the answer must echo)."""
-    # Other fields (user, include, truncation, ...) change nothing a chat completion could do: ignored.
-    unsupported = sorted(k for k in body if k in UNSUPPORTED_FIELDS)
-    if unsupported:
-        raise _bad(f"Not supported by this gateway: {', '.join(unsupported)}.", unsupported[0])
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """A Responses body as a chat completions body, what the answer must echo (`call`), and, for
+    `chat_request_from`, what was dropped and what only endpoints that reason get."""
+
+    chat: dict[str, Any]
+    call: ResponsesCall
+    dropped: tuple[str, ...] = ()
+    capability_fields: tuple[tuple[str, str, str], ...] = ()
+    refusal: InvalidRequest | None = None  # what only the translation cannot honour (errors.Untranslatable)
+
+
+def translate(body: dict[str, Any]) -> Translation:
+    """A Responses body -> the chat completions body (see the module's docstring)."""
     if "input" not in body:
         raise _bad("'input' is required.", "input")
+    dropped: list[str] = []
+    _not_forwarded(body, dropped)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _bad("'instructions' must be a string.", "instructions")
@@ -216,29 +166,35 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], ResponsesCall]:
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise _bad("'metadata' must be an object.", "metadata")
-    reasoning = body.get("reasoning")
-    if reasoning is not None and not isinstance(reasoning, dict):
-        raise _bad("'reasoning' must be an object.", "reasoning")
-    tools = _tools(body.get("tools"))
-    tool_choice = _tool_choice(body.get("tool_choice"))
-    response_format = _response_format(body.get("text"))
+    effort = _effort(body.get("reasoning"), dropped)
+    tools = chat_tools(body.get("tools"))
+    refusal: InvalidRequest | None = None
+    try:
+        tool_choice, offered = chat_tool_choice(body.get("tool_choice"), tools)
+    except Untranslatable as err:  # forcing a built-in tool: an openai-responses endpoint runs it
+        refusal, tool_choice, offered = err, None, tools.chat
+    response_format = _response_format(body.get("text"), dropped)
+    given = chat_input(body["input"])
     call = ResponsesCall(
         model=body.get("model") if isinstance(body.get("model"), str) else "",
-        instructions=instructions, tools=tuple(tools), tool_choice=body.get("tool_choice") or "auto",
+        instructions=instructions, tools=tuple(body.get("tools") or ()), tool_choice=body.get("tool_choice") or "auto",
         text=body.get("text") or {"format": {"type": "text"}}, max_output_tokens=max_output,
         temperature=_number(body, "temperature"), top_p=_number(body, "top_p"),
         parallel_tool_calls=body.get("parallel_tool_calls", True), metadata=metadata or {},
         store=bool(body.get("store")), previous_response_id=previous,
-        input_messages=tuple(input_messages(body["input"])))
-    chat: dict[str, Any] = {k: body[k] for k in ("model", "stream", *ROUTING_FIELDS) if k in body}
+        input_messages=tuple(given.messages), tool_names=tools.names)
+    chat: dict[str, Any] = {k: body[k] for k in ("model", "stream", *ROUTING_FIELDS, *PASSED_FIELDS) if k in body}
     chat["messages"] = chat_messages(call)
     optional = {"max_tokens": max_output, "temperature": call.temperature, "top_p": call.top_p,
-                "tools": [_chat_tool(t) for t in tools] or None, "tool_choice": tool_choice,
+                "tools": offered or None, "tool_choice": tool_choice if offered else None,
                 "response_format": response_format,
-                "parallel_tool_calls": body.get("parallel_tool_calls") if tools else None,
-                "reasoning_effort": (reasoning or {}).get("effort")}
+                "parallel_tool_calls": body.get("parallel_tool_calls") if offered else None,
+                "reasoning_effort": effort}
     chat.update({k: v for k, v in optional.items() if v is not None})
-    return chat, call
+    capability_fields = (*((EFFORT,) if effort is not None else ()),
+                         *((REASONING_CONTENT,) if given.reasoning else ()))
+    return Translation(chat, call, tuple([*tools.dropped, *given.dropped, *dropped]), capability_fields,
+                       refusal or given.refusal)
 
 
 class ResponsesApi(ClientApi):
@@ -252,11 +208,16 @@ class ResponsesApi(ClientApi):
 
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
-        body = parse_json_body(raw, limits)
-        chat_body, call = translate(body)
-        chat = chat_request_from(chat_body, headers, request_id, limits, api=self.name, origin=call)
-        # Kept for an openai-responses endpoint, passed the body as sent (gateway/upstreams/openai_responses.py).
-        return replace(chat, client_body=body)
+        return self.parse_body(parse_json_body(raw, limits), headers, request_id, limits)
+
+    def parse_body(self, body: dict[str, Any], headers: Mapping[str, str], request_id: str,
+                   limits: GatewayFile) -> ChatRequest:
+        """`parse` for a body already decoded (and size- and depth-checked): a WebSocket frame's. The
+        body is kept for an openai-responses endpoint, passed it as sent (gateway/upstreams/openai_responses.py)."""
+        t = translate(body)
+        return chat_request_from(t.chat, headers, request_id, limits, api=self.name, origin=t.call,
+                                 dropped=t.dropped, capability_fields=t.capability_fields, client_body=body,
+                                 untranslatable=t.refusal)
 
     async def recall(self, chat: ChatRequest, services: Services, client: ApiKey | None) -> ChatRequest:
         call: ResponsesCall = chat.origin
@@ -285,12 +246,10 @@ class ResponsesApi(ClientApi):
 
 
 def output_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A response's output items as the chat messages a continuation sends back upstream."""
-    text = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
-    calls = [{"id": item["call_id"], "type": "function",
-              "function": {"name": item["name"], "arguments": item["arguments"]}}
-             for item in output if item["type"] == "function_call"]
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if calls:
-        message["tool_calls"] = calls
-    return [message]
+    """A response's output items as the chat messages a continuation sends back upstream: one
+    assistant turn. Its reasoning stays out of the stored conversation."""
+    turn = ChatInput()
+    for i, item in enumerate(output):
+        if item["type"] != "reasoning":
+            turn.item(item, f"output[{i}]")
+    return turn.messages

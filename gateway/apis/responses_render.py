@@ -2,27 +2,33 @@
 
 Pure: chunks (dicts) in, JSON or server-sent events out. The output items are built in the order
 the upstream produced them: a `reasoning` item (when the model reasons), a `message` with one
-`output_text` part, and a `function_call` item per tool call.
+`output_text` part, and a `function_call` item per tool call: under the name and `namespace` the
+client offered the tool by, or a `custom_tool_call` for a custom tool (responses_tools.py).
 
 Streaming follows OpenAI's event sequence, each event named and numbered (`sequence_number`):
 response.created, response.in_progress, then per item response.output_item.added, (for a message)
 response.content_part.added, response.output_text.delta..., response.output_text.done,
 response.content_part.done, (for a function call) response.function_call_arguments.delta...,
-response.function_call_arguments.done, then response.output_item.done; finally response.completed
-(response.incomplete when max_output_tokens cut the answer) with usage. A failure after the first
-event ends the stream with an `error` event and response.failed.
+response.function_call_arguments.done (for a custom tool call, its input at once:
+response.custom_tool_call_input.delta and .done), then response.output_item.done; finally
+response.completed (response.incomplete when max_output_tokens cut the answer). A failure after
+the first event ends the stream with an `error` event and response.failed. Every answer, and each of
+these three terminal events, carries the usage the gateway charged; `"estimated": true` in it when
+the upstream sent none (the pipeline feeds the relay's estimate, `Meter.settle_usage`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.apis.adapter import answer_pieces, sse_event
+from gateway.apis.responses_tools import CUSTOM_INPUT, ToolName, client_name
 from gateway.errors import GatewayError
 
 
@@ -48,6 +54,8 @@ class ResponsesCall:
     previous_response_id: str | None
     input_messages: tuple[dict[str, Any], ...]  # this turn's input, as chat messages
     history: tuple[dict[str, Any], ...] = ()  # the stored conversation it continues, as chat messages
+    # The tools whose chat name is not the client's (namespaced, custom): chat name -> the client's tool.
+    tool_names: Mapping[str, ToolName] = field(default_factory=dict)
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -57,9 +65,12 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     completion = int(usage.get("completion_tokens") or 0)
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
-            "total_tokens": prompt + completion}
+    out = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+           "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
+           "total_tokens": prompt + completion}
+    if usage.get("estimated"):  # the gateway's estimate: the upstream sent no usage (SDKs keep extra fields)
+        out["estimated"] = True
+    return out
 
 
 def response_object(call: ResponsesCall, response_id: str, created_at: int, status: str,
@@ -93,6 +104,30 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str,
             "arguments": arguments}
 
 
+def custom_input(arguments: str) -> str:
+    """A custom tool's text input, from the arguments of the function tool that stands for it."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments  # not JSON (the model wrote the input itself): the text as it is
+    return value[CUSTOM_INPUT] if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str) else arguments
+
+
+def call_item(item_id: str, call_id: str, chat_name: str, arguments: str, names: Mapping[str, ToolName],
+              status: str = "completed") -> dict[str, Any]:
+    """The output item of a tool call, as the tool the client offered: a (namespaced) function call,
+    or a custom tool call."""
+    tool = client_name(chat_name, names)
+    if tool.custom:
+        item = {"id": item_id, "type": "custom_tool_call", "status": status, "call_id": call_id, "name": tool.name,
+                "input": custom_input(arguments) if status == "completed" else ""}
+    else:
+        item = function_call_item(item_id, call_id, tool.name, arguments, status)
+    if tool.namespace is not None:
+        item["namespace"] = tool.namespace
+    return item
+
+
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
     return {"id": item_id, "type": "reasoning", "summary": [], "status": "completed",
             "content": [{"type": "reasoning_text", "text": text}]}
@@ -113,8 +148,8 @@ def render_response(completion: dict[str, Any], call: ResponsesCall) -> dict[str
         output.append(message_item(new_id("msg"), message.get("content") or ""))
     for tool_call in message.get("tool_calls") or ():
         function = tool_call.get("function") or {}
-        output.append(function_call_item(new_id("fc"), tool_call.get("id") or new_id("call"),
-                                         function.get("name", ""), function.get("arguments", "")))
+        output.append(call_item(new_id("fc"), tool_call.get("id") or new_id("call"), function.get("name", ""),
+                                function.get("arguments", ""), call.tool_names))
     return response_object(call, new_id("resp"), int(completion.get("created") or time.time()),
                            status_of(choice.get("finish_reason")), output, usage_of(completion.get("usage")))
 
@@ -128,6 +163,7 @@ class _Open:
     index: int
     tool_index: int | None = None
     text: list[str] = field(default_factory=list)
+    chat_name: str = ""  # a call's function name as the model called it
 
 
 class ResponsesStream:
@@ -151,7 +187,7 @@ class ResponsesStream:
         return sse_event(kind, orjson.dumps(payload))
 
     def _snapshot(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
-        usage = usage_of(self._usage) if status in ("completed", "incomplete") else None
+        usage = usage_of(self._usage) if status != "in_progress" else None
         return response_object(self.call, self.id, self.created_at, status, list(self._output), usage, error)
 
     def start(self) -> bytes:
@@ -172,9 +208,15 @@ class ResponsesStream:
             item = message_item(item_id, text)
         else:
             arguments = "".join(current.text)
-            item = {**current.item, "arguments": arguments, "status": "completed"}
-            out.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                   output_index=current.index, name=item["name"], arguments=arguments))
+            item = call_item(current.item["id"], current.item["call_id"], current.chat_name, arguments,
+                             self.call.tool_names)
+            where = {"item_id": item["id"], "output_index": current.index}
+            if item["type"] == "custom_tool_call":  # its input is known once the arguments are whole
+                out.append(self._event("response.custom_tool_call_input.delta", **where, delta=item["input"]))
+                out.append(self._event("response.custom_tool_call_input.done", **where, input=item["input"]))
+            else:
+                out.append(self._event("response.function_call_arguments.done", **where, name=item["name"],
+                                       arguments=arguments))
         self._output.append(item)
         out.append(self._event("response.output_item.done", output_index=current.index, item=item))
         return out
@@ -203,10 +245,10 @@ class ResponsesStream:
     def _open_call(self, call: dict[str, Any]) -> list[bytes]:
         out = self._close_open() + self._flush_reasoning()
         index = len(self._output)
-        function = call.get("function") or {}
-        item = function_call_item(new_id("fc"), call.get("id") or new_id("call"), function.get("name") or "", "",
-                                  status="in_progress")
-        self._open = _Open("function_call", item, index, tool_index=call.get("index", 0))
+        name = (call.get("function") or {}).get("name") or ""
+        item = call_item(new_id("fc"), call.get("id") or new_id("call"), name, "", self.call.tool_names,
+                         status="in_progress")
+        self._open = _Open("function_call", item, index, tool_index=call.get("index", 0), chat_name=name)
         out.append(self._event("response.output_item.added", output_index=index, item=item))
         return out
 
@@ -233,13 +275,14 @@ class ResponsesStream:
                 arguments = (value.get("function") or {}).get("arguments")
                 if arguments:
                     self._open.text.append(arguments)
-                    out.append(self._event("response.function_call_arguments.delta",
-                                           item_id=self._open.item["id"], output_index=self._open.index,
-                                           delta=arguments))
+                    if self._open.item["type"] == "function_call":  # a custom call's input comes at its end
+                        out.append(self._event("response.function_call_arguments.delta",
+                                               item_id=self._open.item["id"], output_index=self._open.index,
+                                               delta=arguments))
         return b"".join(out)
 
     def finish(self) -> bytes:
-        if self._open is None and not any(i["type"] in ("message", "function_call") for i in self._output):
+        if self._open is None and not any(i["type"] != "reasoning" for i in self._output):
             out = self._open_message()  # an empty answer is still one (empty) message
         else:
             out = []

@@ -53,9 +53,13 @@ class Drain:
         self.draining = False
         self.active: set[Flight] = set()
         self._idle: asyncio.Event | None = None
+        # Set by `begin()`: long-lived connections (the Responses WebSocket) close when idle, and once
+        # their response in flight is done; they count in `active` only while a response runs.
+        self.begun = asyncio.Event()
 
     def begin(self) -> None:
         self.draining = True
+        self.begun.set()
 
     def snapshot(self) -> frozenset[Flight]:
         return frozenset(self.active)

@@ -9,7 +9,10 @@ Length rules: with `max_tokens`/`max_completion_tokens` set, the answer has exac
 completion tokens, reasoning first (`min(reasoning_tokens, limit)` of them), finish "length";
 without, `reasoning_tokens` + `output_tokens`, finish "stop". A trailing assistant message (only on
 `accepts_prefix` endpoints) holds k already-delivered answer words: the request then emits answer
-tokens k.. of the same uncut answer (same messages, same limit) and no reasoning (if k > 0).
+tokens k.. of the same uncut answer (same messages) and no reasoning (if k > 0). Its limit counts the
+new tokens only, as real hosts count it: a continuation asked for `max_tokens` L emits answer tokens
+k..k+L, finish "length" (so asking for what is left of the first limit ends where the uncut answer
+would have).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gateway.simulator.content import (
     token_ids,
 )
 from gateway.simulator.payloads import error_body
+from gateway.simulator.script import scripted_answer
 from gateway.simulator.structured import Structured, prompt_messages, structured_answer
 
 MAX_COMPLETION_TOKENS = 131_072  # a larger max_tokens is refused, as real hosts do
@@ -173,8 +177,14 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat")
     if kind != "chat":  # a legacy completion does not reason
         n_answer, n_reasoning = (profile.output_tokens if limit is None else limit), 0
     k = count_prefix_tokens(prefix_text) if prefix_text else 0
+    if k and limit is not None and kind == "chat":
+        n_answer = k + limit  # the limit is of new tokens: all of them answer (the reasoning came before)
     digest = messages_digest(base)
-    structured = structured_answer(body, messages, digest) if kind == "chat" and not k else None
+    structured = None
+    if kind == "chat" and not k:
+        script = profile.script
+        structured = structured_answer(body, messages, digest) if script is None else \
+            scripted_answer(script, body, messages, digest)
     if structured is not None:  # the whole tool call or JSON document, whatever the limit
         n_reasoning, n_answer = 0, 0
         finish = "tool_calls" if structured.kind == "tool_call" else "stop"

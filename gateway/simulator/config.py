@@ -1,8 +1,9 @@
 """Configuration of the simulated providers: the `sim.yaml` schema, loading and admin patches.
 
 Does: define frozen pydantic models for the whole simulator (`SimConfig`), one endpoint
-(`EndpointProfile`) and its fault injection (`FaultsConfig`); load and validate a YAML file with
-errors that name the file and the key path; deep-merge an admin PATCH into a profile.
+(`EndpointProfile`), its fault injection (`FaultsConfig`) and its scripted agent turn
+(`ScriptConfig`); load and validate a YAML file with errors that name the file and the key path;
+deep-merge an admin PATCH into a profile.
 Does not: open sockets, sample randomness or know anything about HTTP.
 """
 
@@ -61,6 +62,17 @@ class FaultsConfig(BaseModel):
     downgrade_to: str | None = None
 
 
+class ScriptConfig(BaseModel):
+    """A scripted agent turn (script.py): one shell tool call with `command`, then `answer`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: str = "echo agent-ok > result.txt"
+    answer: str = "DONE: agent-ok"
+    # The names coding agents give their shell tool, tried in order: Codex CLI, older Codex, Claude Code.
+    shell_tools: tuple[str, ...] = ("exec_command", "shell_command", "shell", "Bash")
+
+
 class EndpointProfile(BaseModel):
     """How one simulated endpoint behaves (latency, speed, limits, faults)."""
 
@@ -82,6 +94,8 @@ class EndpointProfile(BaseModel):
     accepts_prefix: bool = False
     tick_ms: float = Field(10.0, gt=0.0)
     faults: FaultsConfig = FaultsConfig()
+    # Set: chat answers follow the script (a shell tool call, then a final text) instead of words.
+    script: ScriptConfig | None = None
 
     def rate_at(self, concurrency: int) -> float:
         """Per-user decode rate (tokens/s) when `concurrency` requests are in flight."""

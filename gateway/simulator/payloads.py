@@ -60,7 +60,7 @@ class ChunkWriter:
         s = self._job.structured
         assert s is not None
         piece = orjson.dumps(s.pieces[i])
-        if s.kind == "json":
+        if s.kind != "tool_call":
             role = b'"role":"assistant",' if i == 0 else b""
             return self._delta + role + b'"content":' + piece + self._tail
         if i == 0:
@@ -108,7 +108,7 @@ def completion_body(job: ChatJob) -> bytes:
                                   "finish_reason": job.finish_reason}]})
     message: dict[str, Any] = {"role": "assistant", "content": render(job.answer_ids)}
     s = job.structured
-    if s is not None and s.kind == "json":
+    if s is not None and s.kind != "tool_call":
         message["content"] = s.text
     elif s is not None:
         message["content"] = None

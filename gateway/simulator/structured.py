@@ -29,7 +29,7 @@ EMBEDDING_DIMENSIONS = 8
 class Structured:
     """A tool call or a JSON answer, as the pieces it is streamed in."""
 
-    kind: str  # "tool_call" or "json"
+    kind: str  # "tool_call", "json" or "text" (script.py's final answer), the last two sent as content
     pieces: tuple[str, ...]
     tool_name: str = ""
     call_id: str = ""
@@ -72,7 +72,7 @@ def instance_of(schema: Any, seed: int = 0, depth: int = 0) -> Any:
     return WORDS[seed % len(WORDS)]
 
 
-def _pieces(text: str) -> tuple[str, ...]:
+def split_pieces(text: str) -> tuple[str, ...]:
     return tuple(text[i:i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)) or ("",)
 
 
@@ -93,13 +93,13 @@ def structured_answer(body: dict[str, Any], messages: list[Any], digest: bytes) 
     tool = _chosen_tool(body)
     if tool is not None and last.get("role") != "tool":
         arguments = orjson.dumps(instance_of(tool.get("parameters") or {"type": "object"}, digest[0])).decode()
-        return Structured("tool_call", _pieces(arguments), tool["name"], "call_" + digest[:8].hex())
+        return Structured("tool_call", split_pieces(arguments), tool["name"], "call_" + digest[:8].hex())
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema = (fmt.get("json_schema") or {}).get("schema") or {"type": "object"}
-        return Structured("json", _pieces(orjson.dumps(instance_of(schema, digest[0])).decode()))
+        return Structured("json", split_pieces(orjson.dumps(instance_of(schema, digest[0])).decode()))
     if isinstance(fmt, dict) and fmt.get("type") == "json_object":
-        return Structured("json", _pieces(orjson.dumps({"answer": WORDS[digest[0]]}).decode()))
+        return Structured("json", split_pieces(orjson.dumps({"answer": WORDS[digest[0]]}).decode()))
     return None
 
 

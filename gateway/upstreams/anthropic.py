@@ -173,9 +173,14 @@ def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, An
     return body
 
 
+def passes_through(request: ChatRequest) -> bool:
+    """Same API in and out (a Messages client): the body as sent, lossless."""
+    return request.api == "messages" and request.client_body is not None
+
+
 def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
-    if request.api == "messages" and request.client_body is not None:  # same API in and out: lossless
-        body = passthrough_body(request.client_body, endpoint)
+    if passes_through(request):
+        body = passthrough_body(request.client_body, endpoint)  # type: ignore[arg-type]
         translator: Any = partial(MessagesPassThrough, endpoint.model, not request.stream)
     else:
         body, translator = messages_body(request.body, endpoint), MessagesTranslator

@@ -111,13 +111,18 @@ def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, An
     return body
 
 
-def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
+def passes_through(request: ChatRequest) -> bool:
+    """Same API in and out (a Responses client): lossless. A continuation of a stored response is
+    not: its history is the gateway's, in chat messages, so it is translated."""
     client = request.client_body
-    # Same API in and out: lossless. A continuation of a stored response is not: its history is the
-    # gateway's, in chat messages, so it is translated.
-    if request.api == "responses" and client is not None and client.get("previous_response_id") is None:
+    return request.api == "responses" and client is not None and client.get("previous_response_id") is None
+
+
+def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
+    if passes_through(request):
         translator: Any = partial(ResponsesPassThrough, endpoint.model, not request.stream)
-        return Outgoing(orjson.dumps(passthrough_body(client, endpoint)), "/responses", None, translator)
+        body = passthrough_body(request.client_body, endpoint)  # type: ignore[arg-type]
+        return Outgoing(orjson.dumps(body), "/responses", None, translator)
     return Outgoing(orjson.dumps(responses_body(request.body, endpoint)), "/responses", None, ResponsesTranslator)
 
 

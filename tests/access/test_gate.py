@@ -84,9 +84,12 @@ async def test_admit_requests_per_minute(tmp_path: Path) -> None:
         access.admit(key, NOW)
     headers = err.value.headers()
     assert err.value.status == 429 and err.value.type == "requests"
-    assert headers["retry-after"] == "60"  # next minute (30 s) + half of it draining the two (30 s)
+    # The second they were counted in leaves the sliding minute when the 61st second after it begins.
+    assert headers["retry-after"] == "61"
     assert headers["x-should-retry"] == "true"
-    assert access.admit(key, NOW + 90)  # the window has room again
+    with pytest.raises(RateLimited):
+        access.admit(key, NOW + 60.5)
+    assert access.admit(key, NOW + 61)  # the window has room again
 
 
 async def test_admit_tokens_per_minute_and_budget(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ Model `m` (chat and legacy completions) and model `e` (embeddings) each have a f
 (simulator `fast`) and a standard one (`std`). `failing_fast` makes the fast tier answer 503 for
 one test, to show each API falling back. The circuit never opens (breaker_failures is high), so
 tests do not depend on each other's faults; nothing explores, so `speed: fast` always tries `fast` first.
+Model `q` has one endpoint, `quiet`, that reasons (capability `reasoning`) and, as llama.cpp's server,
+ignores `stream_options.include_usage` (`stream_usage: false`): its usage is the gateway's estimate.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ FELL_BACK_FROM_FAST = re.compile(r"fast->(fast->)?std \(")
 @pytest.fixture(scope="session")
 def api_sim() -> Iterator[SimProcess]:
     # The fast tier decodes far faster, so the router never spills it as "slower" than standard.
-    profiles = {"fast": {**PROFILE, "tokens_per_second": 3000}, "std": {**PROFILE, "tokens_per_second": 300}}
+    profiles = {"fast": {**PROFILE, "tokens_per_second": 3000}, "std": {**PROFILE, "tokens_per_second": 300},
+                "quiet": {**PROFILE, "faults": {"ignore_include_usage": True}}}
     with SimProcess(make_sim_config(profiles)) as sim:
         yield sim
 
@@ -44,6 +47,7 @@ def api_gateway(api_sim: SimProcess) -> Iterator[KeyedGateway]:
         "m": [{"sim": "fast", "tier": "fast", "apis": text}, {"sim": "std", "tier": "standard", "apis": text}],
         "e": [{"sim": "fast", "tier": "fast", "apis": ["embeddings"]},
               {"sim": "std", "tier": "standard", "apis": ["embeddings"]}],
+        "q": [{"sim": "quiet", "stream_usage": False, "capabilities": ["reasoning"]}],
     }, gateway={"breaker_failures": 1000, "explore_rate": 0.0})
     gw = KeyedGateway(catalogue, open_access=False)
     gw.key = gw.create_key()

@@ -4,7 +4,11 @@ the simulator; what the upstream received is read back from the simulator."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 from pydantic import BaseModel
@@ -12,6 +16,10 @@ from pydantic import BaseModel
 from gateway.simulator.testing import SimProcess
 from tests.apis.conftest import FAST, FELL_BACK_FROM_FAST, KeyedGateway, last_request
 
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "agents"
+SPAWN = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
+    {"type": "function", "name": "spawn_agent", "description": "Spawn a sub-agent.",
+     "parameters": {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}}]}
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                "required": ["city"], "additionalProperties": False}, "strict": True}
@@ -109,11 +117,128 @@ def test_errors_in_openai_shape(api_gateway: KeyedGateway) -> None:
     with pytest.raises(openai.NotFoundError) as unknown:
         c.responses.create(model="no-such-model", input="Hi")
     assert unknown.value.body["code"] == "model_not_found"  # type: ignore[index]
-    with pytest.raises(openai.BadRequestError) as invalid:
-        c.responses.create(model="m", input="Hi", tools=[{"type": "web_search"}])  # type: ignore[list-item]
-    assert invalid.value.body["param"] == "tools[0]"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as invalid:  # forcing a tool the gateway drops: naming both
+        c.responses.create(model="m", input="Hi", tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+    assert invalid.value.body["param"] == "tool_choice" and "tools.web_search" in invalid.value.body["message"]  # type: ignore[index]
     with pytest.raises(openai.RateLimitError) as limited:
         client(api_gateway, api_gateway.limited).responses.create(model="m", input="Hi")
     assert limited.value.body["code"] == "rate_limit_exceeded" and "retry-after" in limited.value.response.headers  # type: ignore[index]
     with pytest.raises(openai.AuthenticationError):
         client(api_gateway, "ur-wrong").responses.create(model="m", input="Hi")
+
+
+def codex_request(name: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A request Codex CLI 0.169.0 sent (tests/fixtures/agents/), for model `m`: its body and the headers
+    of its own (session-id, x-codex-*, originator, ...), without the ones the SDK sets."""
+    fixture = json.loads((FIXTURES / name).read_text())
+    skip = {"authorization", "content-length", "content-type", "host", "accept", "user-agent"}
+    headers = {k: v for k, v in fixture["headers"].items() if k.lower() not in skip}
+    return {**fixture["body"], "model": "m"}, headers
+
+
+def test_a_codex_request_is_served_and_what_was_dropped_is_named(api_gateway: KeyedGateway,
+                                                                 api_sim: SimProcess) -> None:
+    body, headers = codex_request("codex_responses_http.json")
+    # and headers other Codex versions send: only x-ultraroute-* headers are held to a list
+    headers |= {"OpenAI-Beta": "responses=experimental", "version": "0.169.0", "conversation_id": "c-1"}
+    c = client(api_gateway)
+    raw = c.post("/responses", body={**body, **FAST}, cast_to=httpx.Response, options={"headers": headers})
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
+    assert raw.headers["x-ultraroute-dropped"] == "tools.web_search, reasoning.summary"
+    events = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: ")]
+    [call] = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert call["type"] == "function_call" and call["name"] == "exec_command"  # the sim calls the first tool
+    assert events[-1]["type"] == "response.completed"
+    sent = last_request(api_sim, "fast", "/chat/completions")
+    assert [t["function"]["name"] for t in sent["tools"]][4:9] == [
+        "multi_agent_v1__close_agent", "multi_agent_v1__resume_agent", "multi_agent_v1__send_input",
+        "multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent"]
+    assert [m["role"] for m in sent["messages"]] == ["system", "system", "user", "user"]
+    assert not {"include", "client_metadata", "reasoning", "store"} & set(sent)
+    assert access_line(api_gateway, raw.headers["x-request-id"])["dropped"] == ["tools.web_search", "reasoning.summary"]
+
+
+def access_line(gw: KeyedGateway, request_id: str) -> dict[str, Any]:
+    """The access-log line of a request: written off the request path, so waited for (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(line) for line in gw.logs().splitlines() if line.startswith('{"ts"')]
+        found = [line for line in lines if line.get("request_id") == request_id]
+        if found or time.monotonic() > deadline:
+            assert found, f"no access-log line for {request_id}"
+            return found[0]  # type: ignore[no-any-return]
+        time.sleep(0.05)
+
+
+def test_a_namespaced_tool_call_round_trip(api_gateway: KeyedGateway, api_sim: SimProcess) -> None:
+    c = client(api_gateway)
+    question = {"role": "user", "content": "Spawn a helper."}
+    tools: Any = [SPAWN, {"type": "web_search"}]
+    raw = c.responses.with_raw_response.create(model="m", input=[question], tools=tools, extra_body=FAST)
+    assert raw.headers["x-ultraroute-dropped"] == "tools.web_search"
+    [call] = [item for item in raw.parse().output if item.type == "function_call"]
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1") and "task" in json.loads(call.arguments)
+    assert last_request(api_sim, "fast", "/chat/completions")["tools"][0]["function"]["name"] == (
+        "multi_agent_v1__spawn_agent")
+    answer = {"type": "function_call_output", "call_id": call.call_id, "output": "spawned"}
+    events = list(c.responses.create(model="m", input=[question, call, answer], tools=tools,  # type: ignore[list-item]
+                                     stream=True, extra_body=FAST))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text
+    sent = last_request(api_sim, "fast", "/chat/completions")
+    assert sent["messages"][1]["tool_calls"] == [{"id": call.call_id, "type": "function", "function": {
+        "name": "multi_agent_v1__spawn_agent", "arguments": call.arguments}}]
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": call.call_id, "content": "spawned"}
+
+
+def test_a_streamed_namespaced_call_names_its_namespace(api_gateway: KeyedGateway) -> None:
+    events = list(client(api_gateway).responses.create(model="m", input="Spawn one.", tools=[SPAWN],  # type: ignore[list-item]
+                                                       stream=True, extra_body=FAST))
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    done = events[-1].response.output
+    assert [(i.name, i.namespace) for i in (*added, *done)] == [("spawn_agent", "multi_agent_v1")] * 2  # type: ignore[union-attr]
+
+
+def test_reasoning_sent_back_reaches_only_endpoints_that_reason(api_gateway: KeyedGateway,
+                                                                api_sim: SimProcess) -> None:
+    body, _ = codex_request("codex_responses_http_tool_result.json")
+    body = {**body, "stream": False, "reasoning": {"effort": "low", "summary": "auto"}}
+    c = client(api_gateway)
+    plain = c.post("/responses", body={**body, **FAST}, cast_to=httpx.Response)
+    assert plain.status_code == 200
+    assert plain.headers["x-ultraroute-dropped"] == ("tools.web_search, reasoning.summary, reasoning.effort, "
+                                                     "input.reasoning")
+    sent = last_request(api_sim, "fast", "/chat/completions")
+    assert "reasoning_effort" not in sent and not any("reasoning_content" in m for m in sent["messages"])
+    reasons = c.post("/responses", body={**body, "model": "q"}, cast_to=httpx.Response)
+    assert reasons.headers["x-ultraroute-dropped"] == "tools.web_search, reasoning.summary"
+    sent = last_request(api_sim, "quiet", "/chat/completions")
+    assert sent["reasoning_effort"] == "low"
+    [turn] = [m for m in sent["messages"] if m.get("tool_calls")]
+    assert turn["reasoning_content"] == "run it"
+
+
+def test_a_streamed_incomplete_answer_carries_estimated_usage(api_gateway: KeyedGateway) -> None:
+    """`q` sends no usage in its streams (llama.cpp's server): the last event has the gateway's estimate,
+    the usage the key is charged, marked as estimated."""
+    events = list(client(api_gateway).responses.create(model="q", input="Tell me a story", max_output_tokens=3,
+                                                       stream=True))
+    last = events[-1]
+    assert last.type == "response.incomplete" and last.response.usage is not None
+    usage = last.response.usage
+    assert usage.output_tokens == 3 and usage.input_tokens > 0 and usage.total_tokens == usage.input_tokens + 3
+    assert usage.model_extra == {"estimated": True}
+    unary = client(api_gateway).responses.create(model="q", input="Tell me a story", max_output_tokens=3)
+    assert unary.usage is not None and unary.usage.output_tokens == 3 and unary.usage.model_extra == {"estimated": True}
+
+
+def test_a_stream_that_breaks_ends_failed_with_the_usage_charged(api_gateway: KeyedGateway,
+                                                                 api_sim: SimProcess) -> None:
+    api_sim.patch("quiet", faults={"drop_rate": 1.0, "drop_after_tokens": 4})
+    try:
+        events = list(client(api_gateway).responses.create(model="q", input="Tell me a story", stream=True))
+    finally:
+        api_sim.patch("quiet", faults={"drop_rate": 0.0})
+    assert [e.type for e in events[-2:]] == ["error", "response.failed"]
+    usage = events[-1].response.usage  # type: ignore[union-attr]
+    assert usage is not None and usage.output_tokens == 4 and usage.input_tokens > 0
+    assert usage.model_extra == {"estimated": True}

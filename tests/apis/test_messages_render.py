@@ -54,3 +54,15 @@ def test_json_message_and_error_shape() -> None:
                                   {"type": "tool_use", "id": "c1", "name": "f", "input": {}}]
     body = orjson.loads(error_body(ResponseNotFound("resp_1", "previous_response_id"), "anthropic"))
     assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+
+
+def test_the_start_carries_the_input_estimate_and_the_end_an_estimated_usage() -> None:
+    stream = MessagesStream("m", input_estimate=42)
+    started = events(stream.start())[0]
+    assert started["message"]["usage"]["input_tokens"] == 42
+    # What the pipeline feeds when the upstream sent no usage: the meter's estimate.
+    stream.feed([chunk({"content": "hi"}, "stop"),
+                 {"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 1, "estimated": True}}])
+    delta = events(stream.finish())[-2]
+    assert delta["usage"] == {"input_tokens": 42, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                              "cache_read_input_tokens": 0, "estimated": True}

@@ -28,7 +28,8 @@ from tests.observability.conftest import SECRET_KEY
 
 FIELDS = {"ts", "request_id", "api", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
           "outcome",
-          "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd", "usage_estimated", "served_tier"}
+          "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd", "usage_estimated",
+          "dropped", "transport", "served_tier"}
 
 
 def served_request() -> tuple[Served, AttemptSample]:
@@ -70,6 +71,26 @@ def test_one_json_line_per_served_request(log: Any) -> None:
     assert line["ttft_ms"] == 210.4 and line["decode_tps"] == 401.3 and line["tokens"]["output"] == 30
     assert line["status"] == 200 and line["outcome"] == "ok" and line["cost_usd"] == pytest.approx(0.00007)
     assert line["usage_estimated"] is True
+    assert line["dropped"] == [] and line["transport"] == "http"
+
+
+def test_a_websocket_response_names_its_transport(log: Any) -> None:
+    access, stream = log
+    served, sample = served_request()
+    access.served("req-5", served, sample, 200, None, api="responses", transport="websocket")
+    access.failed("req-6", ModelNotFound("nope"), "nope", api="responses", transport="websocket")
+    access.stop()
+    lines = lines_of(stream)
+    assert [(line["api"], line["transport"]) for line in lines] == [("responses", "websocket")] * 2
+
+
+def test_the_fields_the_endpoint_did_not_get_are_named(log: Any) -> None:
+    access, stream = log
+    served, sample = served_request()
+    access.served("req-3", served, sample, 200, None, dropped=("tools.web_search", "context_management"))
+    access.stop()
+    [line] = lines_of(stream)
+    assert line["dropped"] == ["tools.web_search", "context_management"]
 
 
 def test_a_failure_is_logged_once(log: Any) -> None:

@@ -105,3 +105,13 @@ def test_rate_limited_carries_retry_after() -> None:
     assert err.status == 429 and err.outcome == "rate_limited"
     assert dict(err.headers) == {"retry-after": "2.5", "retry-after-ms": "2500"}
     assert orjson.loads(err.body)["error"]["type"] == "rate_limit_exceeded"
+
+
+def test_a_continuation_s_limit_counts_its_new_tokens_only() -> None:
+    """As real hosts count it: a continuation asked for what is left of the first limit ends where the
+    uncut answer would have."""
+    full = parse({"model": "m", "messages": HELLO, "max_tokens": 9})  # 2 reasoning + 7 answer
+    prefix = render(full.answer_ids[:3])  # cut after 5 tokens: the reasoning and 3 answer words
+    cont = parse({"model": "m", "messages": [*HELLO, {"role": "assistant", "content": prefix}], "max_tokens": 4})
+    assert (len(cont.answer_ids), cont.reasoning_ids, cont.finish_reason) == (4, b"", "length")
+    assert prefix + render(cont.answer_ids) == render(full.answer_ids)

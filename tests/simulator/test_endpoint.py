@@ -496,9 +496,10 @@ def test_prefix_continuation_completes_the_same_answer(sim: SimProcess) -> None:
     assert rest.usage.prompt_tokens_details.cached_tokens == 7  # HELLO was seen before
     streamed = client.chat.completions.create(model="m", messages=messages, stream=True)
     assert prefix + "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == full
-    # With max_tokens the uncut answer has exactly that many tokens; the continuation completes it.
+    # With max_tokens the uncut answer has exactly that many tokens; a continuation's limit counts its
+    # new tokens (as real hosts count it): asked for what is left, it completes the capped answer.
     capped = client.chat.completions.create(model="m", messages=HELLO, max_tokens=50)
-    rest = client.chat.completions.create(model="m", messages=messages, max_tokens=50)
+    rest = client.chat.completions.create(model="m", messages=messages, max_tokens=10)
     assert prefix + (rest.choices[0].message.content or "") == capped.choices[0].message.content
     assert rest.choices[0].finish_reason == "length"
     assert [a["prefix_tokens"] for a in sim.stats("prefix")["attempts"]] == [0, 40, 40, 0, 40]
