@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import uuid
 
+import anthropic
+import openai
+import pytest
+
 from gateway.simulator.native_payloads import signature
 from gateway.simulator.testing import SimProcess
 from gateway.upstreams.anthropic import FAST_BETA
+from tests.apis.test_e2e_messages import claude_code, replay
 from tests.harness import GatewayProcess
-from tests.upstreams.conftest import access_lines, chat, claude, sent
+from tests.upstreams.conftest import RESPONSES_TOOL, access_lines, chat, claude, sent
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 SYSTEM = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
 INTERLEAVED = "interleaved-thinking-2025-05-14"
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
 
 
 def test_messages_body_unknown_fields_and_betas_pass_through(gw: GatewayProcess, sim: SimProcess) -> None:
@@ -94,3 +100,53 @@ def test_a_streamed_pass_through_response_is_stored_and_continued(gw: GatewayPro
     assert history[0] == {"role": "user", "content": "Remember the word cobalt"}
     assert history[1]["role"] == "assistant" and history[1]["content"] == first.output_text
     assert history[-1] == {"role": "user", "content": "Which word?"}
+
+
+def test_claude_code_is_passed_through_untouched_and_translated_elsewhere_with_drops_named(
+        gw: GatewayProcess, sim: SimProcess) -> None:
+    """What the lenient Messages adapter drops for a chat endpoint (the system turn aside: thinking,
+    cache_control, context_management, output_config, ...) an anthropic endpoint gets as sent,
+    and nothing is named dropped; on a chat endpoint the same request is translated, drops named."""
+    body, headers = claude_code("claude_code_messages.json")
+    got, _ = replay(claude(gw), body, headers, "a")  # type: ignore[arg-type]
+    assert "x-ultraroute-dropped" not in got and got["x-ultraroute-endpoint"] == "claude"
+    assert sent(sim, "claude", "/messages") == {**body, "model": "claude-sonnet-4-6", "max_tokens": 16}
+    assert sim.requests("claude")[-1]["headers"]["anthropic-beta"] == headers["anthropic-beta"]  # no fast mode here
+
+    got, _ = replay(claude(gw), body, headers, "o")  # type: ignore[arg-type]
+    assert got["x-ultraroute-endpoint"] == "open-flex"
+    assert {"cache_control", "context_management"} <= set(got["x-ultraroute-dropped"].split(", "))
+    translated = sent(sim, "open", "/chat/completions")
+    assert "context_management" not in translated and "thinking" not in translated
+
+
+def test_forcing_a_server_tool_is_served_by_an_anthropic_endpoint_and_refused_by_a_translation(
+        gw: GatewayProcess, sim: SimProcess) -> None:
+    ask = {"max_tokens": 8, "messages": HELLO, "tools": [WEB_SEARCH],
+           "tool_choice": {"type": "tool", "name": "web_search"}}
+    raw = claude(gw).messages.with_raw_response.create(model="a", **ask)  # type: ignore[call-overload]
+    assert raw.http_response.status_code == 200 and "x-ultraroute-dropped" not in raw.headers
+    assert sent(sim, "claude", "/messages")["tools"] == [WEB_SEARCH]  # Anthropic runs it
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude(gw).messages.create(model="o", **ask)  # type: ignore[call-overload]
+    assert "tools.web_search" in refused.value.message and "'web_search'" in refused.value.message
+    # A plan with both, the chat host first: only the endpoint passed the body as sent is tried.
+    first_open = {"speed": "fast", "provider": {"order": ["open", "claude-fast"]}}
+    raw = claude(gw).messages.with_raw_response.create(model="c", **ask, extra_body=first_open)  # type: ignore[call-overload]
+    assert raw.headers["x-ultraroute-endpoint"] == "claude-fast"
+    assert not [r for r in sim.requests("open") if r["path"] == "/chat/completions"]
+
+
+def test_forcing_a_built_in_tool_is_served_by_an_openai_responses_endpoint(gw: GatewayProcess,
+                                                                           sim: SimProcess) -> None:
+    responses = chat(gw).responses
+    tools = [{"type": "web_search"}, RESPONSES_TOOL]
+    raw = responses.with_raw_response.create(model="r", input="Hi", tools=tools,  # type: ignore[arg-type]
+                                             tool_choice={"type": "web_search"}, text={"verbosity": "low"})
+    assert raw.http_response.status_code == 200 and "x-ultraroute-dropped" not in raw.headers
+    body = sent(sim, "gpt", "/responses")
+    assert body["tools"] == tools and body["tool_choice"] == {"type": "web_search"}
+    assert body["text"] == {"verbosity": "low"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        responses.create(model="o", input="Hi", tools=tools, tool_choice={"type": "web_search"})  # type: ignore[arg-type]
+    assert "tools.web_search" in refused.value.message
