@@ -150,3 +150,32 @@ def test_forcing_a_built_in_tool_is_served_by_an_openai_responses_endpoint(gw: G
     with pytest.raises(openai.BadRequestError) as refused:
         responses.create(model="o", input="Hi", tools=tools, tool_choice={"type": "web_search"})  # type: ignore[arg-type]
     assert "tools.web_search" in refused.value.message
+
+
+def test_the_responses_websocket_passes_through_to_an_openai_responses_endpoint(gw: GatewayProcess,
+                                                                                 sim: SimProcess) -> None:
+    """Over the Responses WebSocket too: the frame's body as sent (what a translation drops kept), the upstream's
+    own events (its reasoning item with encrypted_content) as frames; the answer is kept in the
+    connection's memory, so the next response continues it (translated: its history is the gateway's)."""
+    sim.patch("gpt", reasoning_tokens=3)
+    with chat(gw).responses.connect() as conn:
+        conn.response.create(model="r", input="Say hello", include=["reasoning.encrypted_content"], store=False,
+                             truncation="auto")
+        first = []
+        for event in conn:
+            first.append(event)
+            if event.type in ("response.completed", "response.failed", "error"):
+                break
+        assert first[-1].type == "response.completed", [e.type for e in first]
+        body = sent(sim, "gpt", "/responses")
+        assert body["truncation"] == "auto" and body["include"] == ["reasoning.encrypted_content"]
+        reasoning = first[-1].response.output[0]
+        assert reasoning.type == "reasoning" and reasoning.encrypted_content == signature(reasoning.summary[0].text)
+        conn.response.create(model="r", input="Again", previous_response_id=first[-1].response.id, store=False)
+        second = []
+        for event in conn:
+            second.append(event)
+            if event.type in ("response.completed", "response.failed", "error"):
+                break
+    assert second[-1].type == "response.completed", [e.type for e in second]
+    assert sent(sim, "gpt", "/responses")["input"][-1] == {"role": "user", "content": "Again"}
