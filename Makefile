@@ -13,6 +13,15 @@ CODEX_VERSION := 0.169.0
 CLAUDE_CODE_VERSION := 2.1.328
 AGENTS := $(VENV)/third-party/agents
 AGENTS_STAMP := $(AGENTS)/.codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
+# llama-cpp-python's server for tests/test_e2e_llamacpp.py (a real llama.cpp behind the gateway), in a
+# venv of its own: its server extra brings FastAPI/Starlette versions of its choosing. Compiled from
+# source, portable (no -march=native: the wheel pip caches may be reused on another CPU). The first
+# build takes ~7 CPU-minutes (9-10 min on two busy cores); later clean clones reuse pip's cached wheel
+# (~10 s). `gguf` writes the tiny model the test makes (tests/tiny_gguf.py). The stamp names the versions.
+LLAMACPP_VERSION := 0.3.36
+GGUF_VERSION := 0.19.0
+LLAMACPP := $(VENV)/third-party/llamacpp
+LLAMACPP_STAMP := $(LLAMACPP)/.llama-cpp-python-$(LLAMACPP_VERSION)-gguf-$(GGUF_VERSION)
 
 .PHONY: install demo test lint bench clean
 
@@ -33,12 +42,19 @@ $(AGENTS_STAMP):
 		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 	touch $@
 
-install: $(STAMP) $(KATAN) $(AGENTS_STAMP)
+$(LLAMACPP_STAMP):
+	rm -rf $(LLAMACPP)
+	$(PYTHON) -m venv $(LLAMACPP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(LLAMACPP)/bin/pip install --quiet \
+		'llama-cpp-python[server]==$(LLAMACPP_VERSION)' gguf==$(GGUF_VERSION)
+	touch $@
+
+install: $(STAMP) $(KATAN) $(AGENTS_STAMP) $(LLAMACPP_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ultraroute demo
 
-test: $(STAMP) $(KATAN) $(AGENTS_STAMP)
+test: $(STAMP) $(KATAN) $(AGENTS_STAMP) $(LLAMACPP_STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)

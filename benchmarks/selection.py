@@ -65,10 +65,17 @@ def main() -> None:
         "speed=fast, sort=latency": {"speed": "fast", "provider": {"sort": "latency"}},
         "filters + soft threshold": {"provider": {"sort": "price", "regions": ["eu"],
                                                   "preferred_min_throughput": 300}},
+        # An agent's turn: a 30k-token prompt whose session's cache is held by one endpoint (stay.py).
+        "agent turn, sort=e2e": {"provider": {"sort": "e2e"}, "session_id": "agent-1",
+                                 "messages": [{"role": "user", "content": "x" * 120_000}]},
     }
+    holder = next(e.key for e in router.catalogue.endpoints() if e.tier.value == "standard")
+    router.sessions.remember("agent-1", holder, 29_000)
     print(f"{'preferences':<28}{'p50 µs':>9}{'mean µs':>9}  (resolve + plan, {N_ENDPOINTS} endpoints)")
     for name, extra in cases.items():
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+        if "session_id" in extra:
+            router.sessions.remember("agent-1", holder, 29_000)
         request = parse_chat_request(orjson.dumps(body), {}, "r", GatewayFile())
         times = []
         deadline = time.perf_counter() + 2.0

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from gateway.config import Endpoint
-from gateway.errors import AllCandidatesFailed, GatewayError
+from gateway.errors import AllCandidatesFailed, ClientClosed, GatewayError
 from gateway.telemetry.sample import AttemptSample
 
 if TYPE_CHECKING:
@@ -156,7 +156,8 @@ class AccessLog:
     def failed(self, request_id: str, err: GatewayError, model: str | None = None, api: str = "chat",
                transport: str = "http") -> None:
         """A request no endpoint served: rejected before routing, or every candidate failed. `model`:
-        as the request named it, None when it was refused before its body was read."""
+        as the request named it, None when it was refused before its body was read. A client that hung
+        up mid-upload (`ClientClosed`) has outcome `cancelled`, as one that hangs up later."""
         if err in self._logged_failures or not self.logger.isEnabledFor(logging.INFO):
             return
         failures = list(err.failures) if isinstance(err, AllCandidatesFailed) else []
@@ -171,7 +172,7 @@ class AccessLog:
             "attempts": len(failures),
             "fallback": [{"endpoint": endpoint_id, "reason": e.metric_label} for endpoint_id, e in failures],
             "status": err.status,
-            "outcome": "error",
+            "outcome": "cancelled" if isinstance(err, ClientClosed) else "error",
             "error": err.metric_label,
         })
 

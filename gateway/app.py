@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import pipeline
@@ -46,7 +47,13 @@ from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
 from gateway.endpoint_view import endpoint_json, history_json
-from gateway.errors import GatewayError, InvalidRequest, Overloaded, error_body
+from gateway.errors import (
+    ClientClosed,
+    GatewayError,
+    InvalidRequest,
+    Overloaded,
+    error_body,
+)
 from gateway.explain import plan_json
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import MAX_MODEL_NAME
@@ -264,6 +271,11 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
             state = request.scope["state"]
             return completion_failed(services_of(request), state["request_id"], exc, api, state.get("model"))
         return render_error(exc, api)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # Starlette's own body reading (the admin routes): a hang-up, as on the client API routes.
+        return await _gateway_error(request, ClientClosed())
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -5,7 +5,8 @@ A request that finds the endpoint full waits in a short queue, ordered by priori
 would be longer than `max_wait_s`, it does not wait: the dispatcher spills it to the next candidate
 (reason `capacity`). A fast tier and guaranteed capacity are different purchases; waiting in line
 for one is only worth a moment. Endpoints without `max_concurrency` are not tracked. Local to this
-process; nothing here does I/O.
+process; nothing here does I/O. Queue depth and waits are reported through `on_queue` (the
+`ultraroute_queue_depth` and `ultraroute_queue_wait_seconds` metrics), as the shaper's are.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config import Endpoint
@@ -32,6 +35,8 @@ class Capacity:
         self.max_wait_s = max_wait_s
         self._gates: dict[str, _Gate] = {}
         self._order = itertools.count()
+        # (endpoint key, requests waiting now, how long the one leaving waited or None when one joined)
+        self.on_queue: Callable[[str, int, float | None], None] = lambda key, depth, waited: None
 
     async def acquire(self, endpoint: Endpoint, priority: str = "normal") -> bool:
         """Take a slot, waiting briefly in line if need be; False means spill to another candidate."""
@@ -47,6 +52,8 @@ class Capacity:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (PRIORITIES.get(priority, 1), next(self._order), waiter)
         heapq.heappush(gate.waiters, entry)
+        self.on_queue(endpoint.key, len(gate.waiters), None)
+        started = time.perf_counter()
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.max_wait_s)
             return True  # release() handed its slot over
@@ -62,6 +69,8 @@ class Capacity:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return False
+        finally:
+            self.on_queue(endpoint.key, len(gate.waiters), time.perf_counter() - started)
 
     def release(self, endpoint: Endpoint) -> None:
         if endpoint.max_concurrency is None:

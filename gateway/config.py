@@ -50,6 +50,16 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class LongContextPrice(_Frozen):
+    """The rates of a request whose input is above `above_tokens` (OpenAI's above 272k, Gemini's above
+    200k): the whole request is billed at them, as those providers bill."""
+
+    above_tokens: int = Field(ge=1)
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    output: float = Field(ge=0)
+
+
 class PriceFile(_Frozen):
     """USD per 1M tokens."""
 
@@ -60,6 +70,30 @@ class PriceFile(_Frozen):
     # Unset: charged as input (cache_write_1h: at cache_write).
     cache_write: float | None = Field(default=None, ge=0)
     cache_write_1h: float | None = Field(default=None, ge=0)
+    long_context: LongContextPrice | None = None
+
+    def rates(self, input_tokens: int) -> tuple[float, float, float]:
+        """(input, cached input, output) USD per 1M tokens for a request of `input_tokens`; cached input
+        costs as much as input where no cached price is given."""
+        tier: PriceFile | LongContextPrice = self
+        if self.long_context is not None and input_tokens > self.long_context.above_tokens:
+            tier = self.long_context
+        cached = tier.cached_input if tier.cached_input is not None else tier.input
+        return tier.input, cached, tier.output
+
+    def cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
+        """USD for one request, at the rates its input size falls in."""
+        price_in, price_cached, price_out = self.rates(input_tokens)
+        cached = min(max(cached_tokens, 0), input_tokens)
+        return ((input_tokens - cached) * price_in + cached * price_cached + output_tokens * price_out) / 1e6
+
+    def cache_write_cost(self, input_tokens: int, written_5m: int, written_1h: int) -> float:
+        """USD a prompt-cache write costs beyond the input price those tokens were charged in `cost`:
+        at `cache_write` (5-minute) / `cache_write_1h` (1-hour); unset, as input (1h: as cache_write)."""
+        price_in = self.rates(input_tokens)[0]
+        write = self.cache_write if self.cache_write is not None else price_in
+        write_1h = self.cache_write_1h if self.cache_write_1h is not None else write
+        return (written_5m * (write - price_in) + written_1h * (write_1h - price_in)) / 1e6
 
 
 class AdvertisedFile(_Frozen):
@@ -67,6 +101,7 @@ class AdvertisedFile(_Frozen):
 
     tokens_per_second: float | None = Field(default=None, gt=0)
     ttft_ms: float | None = Field(default=None, gt=0)
+    prefill_tokens_per_second: float | None = Field(default=None, gt=0)  # uncached prompt tokens
 
 
 class SloFile(_Frozen):
@@ -112,6 +147,8 @@ class EndpointFile(_Frozen):
     quantization: Quantization | None = None
     region: str | None = None
     context_length: int | None = Field(default=None, ge=1)
+    # A fast tier served only below this much uncached input (e.g. 8192): a larger cold prompt goes elsewhere.
+    max_uncached_input_tokens: int | None = Field(default=None, ge=1)
     max_output_tokens: int | None = Field(default=None, ge=1)
     max_concurrency: int | None = Field(default=None, ge=1)
     advertised: AdvertisedFile = Field(default_factory=AdvertisedFile)
@@ -190,6 +227,9 @@ class GatewayFile(_Frozen):
     # OpenAI's are at 60 minutes: clients reconnect, and a replica's connections turn over.
     websocket_idle_s: float = Field(default=3600.0, gt=0, le=86400)
     websocket_max_age_s: float = Field(default=3600.0, gt=0, le=86400)
+    # An endpoint at its `max_concurrency` (capacity.py): how long a request waits in line for a slot
+    # (by priority) before it spills to the next candidate.
+    capacity_wait_s: float = Field(default=0.5, gt=0, le=60)
 
 
 class HealthFile(_Frozen):
@@ -269,6 +309,7 @@ class Endpoint:
     first_token_budget_s: float | None = None
     stream_usage: bool = True
     apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
+    max_uncached_input_tokens: int | None = None
     service_tier: str | None = None  # the provider's speed tier asked for (EndpointFile.service_tier)
     # Price per service tier of the same provider and upstream model, as the catalogue lists them:
     # an answer is charged at the tier that served. Empty unless the catalogue lists several.
@@ -401,6 +442,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     stream_usage=e.stream_usage,
                     apis=frozenset(e.apis),
                     service_tier=e.service_tier,
+                    max_uncached_input_tokens=e.max_uncached_input_tokens,
                 )
             )
         models[model_name] = tuple(endpoints)

@@ -86,6 +86,20 @@ class Untranslatable(InvalidRequest):
     endpoints that need the translation are passed over, and with none left it is the answer."""
 
 
+class ClientClosed(GatewayError):
+    """The client hung up before its request was whole (mid-upload). Nobody is listening, so the
+    answer goes nowhere; it is recorded as a hang-up -- status 499 (nginx's "client closed request")
+    and outcome `cancelled`, as a request abandoned later is -- never as the gateway's fault."""
+
+    status = 499
+    type = "invalid_request_error"
+    code = "client_closed"
+    metric_label = "cancelled"
+
+    def __init__(self, message: str = "The client closed the connection before its request was sent whole.") -> None:
+        super().__init__(message)
+
+
 class AuthenticationFailed(GatewayError):
     status = 401
     type = "invalid_request_error"

@@ -173,7 +173,8 @@ class Metrics:
         self._overloaded = Counter("ultraroute_overloaded", "Requests refused with 503 overloaded: this process "
                                    "was at gateway.max_in_flight.", registry=r)
         self._queue_depth = Gauge("ultraroute_queue_depth", "Requests waiting for their turn at an endpoint "
-                                  "(its provider's rate limit).", by_endpoint, registry=r)
+                                  "(its provider's rate limit, its max_concurrency).", by_endpoint, registry=r)
+        self._queue_lines: dict[tuple[str, str], int] = {}  # (endpoint key, line) -> its depth
         self._queue_wait = Histogram("ultraroute_queue_wait_seconds", "How long a request waited for its turn "
                                      "at an endpoint, admitted or spilled.", by_endpoint,
                                      buckets=LATENCY_BUCKETS, registry=r)
@@ -277,12 +278,15 @@ class Metrics:
         else:
             self._websockets.dec()
 
-    def queue(self, endpoint_key: str, depth: int, waited_s: float | None) -> None:
-        """An endpoint's queue changed (shaper.py): its depth now, and the wait of a request leaving it."""
+    def queue(self, endpoint_key: str, depth: int, waited_s: float | None, line: str = "rate_limit") -> None:
+        """One of an endpoint's queues changed -- `line` "rate_limit" (shaper.py) or "capacity"
+        (capacity.py): its depth now, and the wait of a request leaving it. The gauge is both lines'."""
         labels = self._labels.get(endpoint_key)
         if labels is None:
             return
-        self._queue_depth.labels(*labels).set(depth)
+        self._queue_lines[(endpoint_key, line)] = depth
+        other = self._queue_lines.get((endpoint_key, "capacity" if line == "rate_limit" else "rate_limit"), 0)
+        self._queue_depth.labels(*labels).set(depth + other)
         if waited_s is not None:
             self._queue_wait.labels(*labels).observe(waited_s)
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
 from gateway.config import GatewayFile
 from gateway.configfile import clean_loc
 from gateway.context import ChatRequest
-from gateway.errors import InvalidRequest, PayloadTooLarge
+from gateway.errors import ClientClosed, InvalidRequest, PayloadTooLarge
 from gateway.policy import ProviderOptions, Speed
 
 # Body fields that belong to the gateway, never to the provider.
@@ -49,7 +49,8 @@ def _too_large(size: str, max_bytes: int) -> PayloadTooLarge:
 async def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, never buffering more than `max_bytes`: refused up front when the declared
     `content-length` is over, else as soon as the chunks read pass it (a chunked upload declares no
-    length). What the client sends after that is discarded by the server, not held."""
+    length). What the client sends after that is discarded by the server, not held. A client that
+    hangs up before the body is whole: `ClientClosed` (a hang-up, not the gateway's failure)."""
     declared = request.headers.get("content-length")
     # The HTTP parser has already refused a malformed content-length; digits are all that is left.
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
@@ -60,7 +61,7 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            raise ClientDisconnect()
+            raise ClientClosed()
         chunk = message.get("body", b"")
         total += len(chunk)
         if total > max_bytes:
@@ -215,7 +216,12 @@ def _session_key(body: Mapping[str, Any], headers: Mapping[str, str]) -> str | N
     cache_key = body.get("prompt_cache_key")
     if cache_key is not None and not isinstance(cache_key, str):
         raise InvalidRequest("'prompt_cache_key' must be a string.", param="prompt_cache_key")
-    return session_id or headers.get("x-session-id") or cache_key or None
+    # Anthropic's `metadata.user_id` (and a chat body's own `metadata`): one agent session per user id
+    # where nothing closer names the conversation. Not validated: `metadata` is the provider's field.
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return session_id or headers.get("x-session-id") or cache_key or \
+        (user_id if isinstance(user_id, str) else None) or None
 
 
 def parse_chat_request(

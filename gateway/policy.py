@@ -26,6 +26,7 @@ class Sort(StrEnum):
     THROUGHPUT = "throughput"
     LATENCY = "latency"
     PRICE = "price"
+    E2E = "e2e"  # predicted end-to-end time of this request: TTFT (prompt prefill) + its output's decode
 
 
 class Speed(StrEnum):

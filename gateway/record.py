@@ -30,19 +30,17 @@ def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int
                  concurrent: int, served_tier: str | None = None, written: tuple[int, int] = (0, 0)) -> float:
     """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once.
     Charged at the price of the tier that served (`served_tier`, as the provider reported it) when
-    the catalogue lists the same provider and model at that tier. `written`: prompt-cache writes
-    (5-minute, 1-hour) among the input tokens, at `cache_write` / `cache_write_1h`."""
+    the catalogue lists the same provider and model at that tier, at the rates of its context size
+    (`price.long_context`). `written`: prompt-cache writes (5-minute, 1-hour) among the input tokens,
+    at `cache_write` / `cache_write_1h`."""
     if endpoint.price is not None:
         price = endpoint.price
         if served_tier is not None and endpoint.tier_prices:
             price = endpoint.tier_prices.get(served_tier, price)
-        cached_price = price.cached_input if price.cached_input is not None else price.input
-        fresh = (input_tokens - cached) * price.input
+        cost = price.cost(input_tokens, cached, output)
         if written[0] or written[1]:
-            write = price.cache_write if price.cache_write is not None else price.input
-            write_1h = price.cache_write_1h if price.cache_write_1h is not None else write
-            fresh += written[0] * (write - price.input) + written[1] * (write_1h - price.input)
-        return (fresh + cached * cached_price + output * price.output) / 1e6
+            cost += price.cache_write_cost(input_tokens, *written)
+        return cost
     if endpoint.hourly_cost is not None:
         return endpoint.hourly_cost / 3600.0 * e2e_s / max(1, concurrent)
     return 0.0
@@ -95,7 +93,9 @@ class Recorder:
         session_key: str | None = None,
     ) -> AttemptSample:
         at_end = max(0, self.telemetry.in_flight(endpoint.key) - 1)  # others, before this one ends
-        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end)
+        # Read before the router remembers this turn: whether the session's last turn was served here.
+        stayed = session_key is not None and self.router.sessions.get(session_key) == endpoint.key
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed)
         if meter.usage_estimated and endpoint.stream_usage and endpoint.key not in self._no_usage:
             self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
             log.warning("endpoint %s sent no usage; the gateway estimates it (say `stream_usage: false` "
@@ -132,6 +132,7 @@ def make_sample(
     started_at: float,
     in_flight_at_start: int,
     in_flight_at_end: int | None = None,
+    stayed: bool = False,
 ) -> AttemptSample:
     end = meter.t_end if meter.t_end is not None else time.perf_counter()
     usage = meter.usage or {}
@@ -158,5 +159,6 @@ def make_sample(
                               meter.served_tier, written),
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
+        stayed=stayed,
     )
     return sample

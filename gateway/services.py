@@ -8,6 +8,7 @@ argument. There are no module-level singletons. A reload (`serve/reload.py`) bui
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from collections.abc import AsyncIterator
@@ -36,6 +37,7 @@ from gateway.shaper import Shaper
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import TransportFactory, Upstreams
+from gateway.upstream_aiohttp import connector_class
 from gateway.warm_up import WarmUp
 
 
@@ -92,6 +94,7 @@ def reconfigure(old: Services, config: Config) -> tuple[Services, Upstreams]:
         config, upstreams, old.telemetry, old.health, old.metrics, old.access.keyring, old.access.ledger,
         old.recorder.capacity, old.dispatcher.budget, old.dispatcher.lag, old.dispatcher.shaper)
     router.carry_over(old.router)
+    old.recorder.capacity.max_wait_s = config.gateway.capacity_wait_s  # the queues themselves carry over
     old.dispatcher.budget.ratio = config.gateway.retry_budget
     old.metrics.catalogue_changed(config.catalogue)
     if old.sharing is not None:
@@ -112,7 +115,7 @@ async def open_services(
     telemetry = make_store(config.redis_url, replica_id=replica_id,
                            key_prefix=f"{gw.redis_key_prefix}:tel", flush_interval_s=gw.telemetry_flush_s,
                            record=gw.record_stats)
-    upstreams = Upstreams(config.catalogue.providers, transport_factory)
+    upstreams = Upstreams(config.catalogue.providers, transport_factory, connector_class())
     health = HealthBoard(BreakerSettings(failure_threshold=gw.breaker_failures, open_s=gw.breaker_open_s,
                                          max_open_s=config.health.max_open_s))
     metrics = Metrics(config.catalogue, telemetry.in_flight, store_redis_errors(telemetry))
@@ -128,9 +131,10 @@ async def open_services(
     shaper.on_queue = metrics.queue
     shaper.outage.on_error = metrics.redis_error
     router, recorder, dispatcher, resolver, access = _configured(
-        config, upstreams, telemetry, health, metrics, keyring, ledger, None, RetryBudget(gw.retry_budget), lag,
-        shaper)
+        config, upstreams, telemetry, health, metrics, keyring, ledger, Capacity(max_wait_s=gw.capacity_wait_s),
+        RetryBudget(gw.retry_budget), lag, shaper)
     ledger.outage.on_error = metrics.redis_error  # counted in ultraroute_redis_errors_total
+    recorder.capacity.on_queue = functools.partial(metrics.queue, line="capacity")  # kept across reloads
     if keyring is not None:
         keyring.outage.on_error = metrics.redis_error
         await keyring.start()

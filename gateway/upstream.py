@@ -146,8 +146,8 @@ def _headers(provider: Provider) -> dict[str, str]:
     return headers
 
 
-def _session(provider: Provider) -> aiohttp.ClientSession:
-    connector = StreamConnector(limit=provider.max_connections, limit_per_host=0, keepalive_timeout=30.0)
+def _session(provider: Provider, connector_class: type[aiohttp.TCPConnector]) -> aiohttp.ClientSession:
+    connector = connector_class(limit=provider.max_connections, limit_per_host=0, keepalive_timeout=30.0)
     # sock_read=None: how long a provider may think is decided per attempt by the dispatcher's budgets.
     timeout = aiohttp.ClientTimeout(total=None, connect=provider.connect_timeout_s,
                                     sock_connect=provider.connect_timeout_s, sock_read=None)
@@ -166,13 +166,17 @@ def _test_client(provider: Provider, transport: httpx.AsyncBaseTransport) -> htt
 
 class Upstreams:
     """One pooled aiohttp session per provider (created on first use, inside the event loop) and
-    closed at shutdown; or, for tests, httpx clients on the transports `transport_factory` makes."""
+    closed at shutdown; or, for tests, httpx clients on the transports `transport_factory` makes.
+    `connector_class`: the tuned connector, unless the gateway found at start-up that this aiohttp
+    lacks what it needs (upstream_aiohttp.connector_class())."""
 
     def __init__(
-        self, providers: Mapping[str, Provider], transport_factory: TransportFactory | None = None
+        self, providers: Mapping[str, Provider], transport_factory: TransportFactory | None = None,
+        connector_class: type[aiohttp.TCPConnector] = StreamConnector,
     ) -> None:
         self._providers = dict(providers)
         self._transport_factory = transport_factory
+        self._connector_class = connector_class
         self._urls = {name: URL(p.base_url.rstrip("/") + "/chat/completions") for name, p in providers.items()}
         self._other_urls: dict[tuple[str, str], URL] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
@@ -184,7 +188,8 @@ class Upstreams:
         """After a reload: the pools for `providers` (this one's, for providers whose settings did not
         change; new ones for the rest), and the pools left over, to close once their streams are done."""
         same = {n for n, p in providers.items() if self._providers.get(n) == p}
-        following = Upstreams({n: p for n, p in providers.items() if n not in same}, self._transport_factory)
+        following = Upstreams({n: p for n, p in providers.items() if n not in same}, self._transport_factory,
+                              self._connector_class)
         following._providers = dict(providers)
         following._urls.update((n, self._urls[n]) for n in same)
         following._sessions.update((n, s) for n, s in self._sessions.items() if n in same)
@@ -205,7 +210,7 @@ class Upstreams:
             return await client.send(client.build_request("POST", path, content=body, headers=headers), stream=True)
         session = self._sessions.get(name)
         if session is None:
-            session = self._sessions[name] = _session(self._providers[name])
+            session = self._sessions[name] = _session(self._providers[name], self._connector_class)
         if path == "/chat/completions":
             url = self._urls[name]
         else:  # /messages, /responses, ...: made once per provider and path

@@ -16,13 +16,18 @@ chunks sent as 24 or as one): ~12% of a request's instructions. Here:
   pauses the transport past its high water mark and is asked to resume once the buffer is read.
 
 aiohttp offers no setting for either class (its C parser makes the reader with a class of its own;
-`_factory` is how its connector makes protocols), so both lean on its internals: pinned by the
-loopback tests in tests/test_upstream_aiohttp.py, which fail if an aiohttp release changes them.
+`_factory` is how its connector makes protocols), so both lean on its internals: pyproject.toml bounds
+aiohttp to the releases that have them (3.14: `resume_reading(resume_parser)`), the loopback tests in
+tests/test_upstream_aiohttp.py pin them, and `connector_class()` checks them once at start-up: where one
+is missing (an install outside the bounds), the gateway runs aiohttp's stock classes, slower but correct,
+and says so in one warning, rather than fail with a TypeError in the middle of a stream.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 from typing import Any
 
 import aiohttp
@@ -30,6 +35,8 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
 _HEAD_END = b"\r\n\r\n"
+
+log = logging.getLogger("ultraroute")
 
 
 class LeanReader(StreamReader):
@@ -102,3 +109,35 @@ class StreamConnector(aiohttp.TCPConnector):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._factory = functools.partial(StreamProtocol, loop=self._loop)
+
+
+# What the classes above touch of aiohttp's, by where it lives.
+_READER_SLOTS = ("_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits", "_timer", "_protocol")
+_READER_METHODS = ("_read_nowait", "begin_http_chunk_receiving", "end_http_chunk_receiving", "is_eof")
+_HANDLER_FIELDS = ("_payload", "_reading_paused")  # set in its (or its bases') __init__, not on the class
+
+
+def missing_internals() -> list[str]:
+    """The aiohttp internals the tuned classes rely on that this aiohttp lacks (none on a release
+    pyproject.toml allows). Read from the classes and their `__init__` code, without making any."""
+    missing = [f"StreamReader.{name}" for name in _READER_SLOTS if name not in getattr(StreamReader, "__slots__", ())]
+    missing += [f"StreamReader.{name}()" for name in _READER_METHODS if not hasattr(StreamReader, name)]
+    handler_init = {name for cls in ResponseHandler.__mro__ if "__init__" in vars(cls)
+                    and hasattr(cls.__init__, "__code__") for name in cls.__init__.__code__.co_names}
+    missing += [f"ResponseHandler.{name}" for name in _HANDLER_FIELDS if name not in handler_init]
+    if "resume_parser" not in inspect.signature(ResponseHandler.resume_reading).parameters:
+        missing.append("ResponseHandler.resume_reading(resume_parser)")
+    if "_factory" not in aiohttp.BaseConnector.__init__.__code__.co_names:
+        missing.append("BaseConnector._factory")
+    return missing
+
+
+def connector_class() -> type[aiohttp.TCPConnector]:
+    """The connector class for providers' sessions: the tuned one, or, where this aiohttp lacks
+    what it relies on, aiohttp's own (with one warning). Called once, when the gateway starts."""
+    missing = missing_internals()
+    if not missing:
+        return StreamConnector
+    log.warning("aiohttp %s lacks %s: provider streams run on aiohttp's stock classes (slower); "
+                "install the aiohttp pyproject.toml allows", aiohttp.__version__, ", ".join(missing))
+    return aiohttp.TCPConnector

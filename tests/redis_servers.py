@@ -57,16 +57,21 @@ _EPHEMERAL = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 class PrivateRedis(_Processes):
     """A redis-server process owned by the tests: can be stopped and restarted on the same port."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, durable: bool = False) -> None:
         super().__init__("ultraroute-redis-")
         self.port = port or free_port()
+        # Durable: an append-only file written at every command, so a stop and start keeps the data,
+        # as a production Redis's restart does (keys and spend survive it).
+        self.durable = durable
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.spawn("--port", str(self.port), *_EPHEMERAL, "--dir", str(self.dir))
+        persistence = ("--save", "", "--appendonly", "yes", "--appendfsync", "always") if self.durable else \
+            _EPHEMERAL[2:]
+        self.spawn("--port", str(self.port), "--bind", "127.0.0.1", *persistence, "--dir", str(self.dir))
         _wait(lambda: reachable("127.0.0.1", self.port), "private redis-server")
 
 

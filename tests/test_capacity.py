@@ -44,3 +44,20 @@ async def test_untracked_without_max_concurrency(tmp_path: Path) -> None:
     e = catalogue(tmp_path, [endpoint("a")]).models["m"][0]
     cap = Capacity()
     assert all([await cap.acquire(e) for _ in range(100)])
+
+
+async def test_queue_depth_and_waits_are_reported(tmp_path: Path) -> None:
+    e = catalogue(tmp_path, [endpoint("a", max_concurrency=1)]).models["m"][0]
+    cap = Capacity(max_wait_s=5.0)
+    seen: list[tuple[str, int, bool]] = []
+    cap.on_queue = lambda key, depth, waited: seen.append((key, depth, waited is not None))
+    assert await cap.acquire(e)  # a free slot: no queue, nothing reported
+    assert seen == []
+    waiters = [asyncio.ensure_future(cap.acquire(e)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert seen == [(e.key, 1, False), (e.key, 2, False)]  # each joined the line
+    cap.release(e)
+    assert await waiters[0]
+    cap.release(e)
+    assert await waiters[1]
+    assert seen[2:] == [(e.key, 1, True), (e.key, 0, True)]  # each left it, with its wait

@@ -122,3 +122,14 @@ def test_cli_check_prints_one_clear_message(tmp_path: Path, capsys: pytest.Captu
     assert main(["check", str(write(tmp_path, data))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: providers.yaml: models.m.endpoints[1].price.output: must be >= 0"]
+
+
+def test_long_context_rates_apply_to_a_request_whose_input_is_above_the_threshold() -> None:
+    from gateway.config import PriceFile
+
+    price = PriceFile(input=1.0, cached_input=0.1, output=4.0,
+                      long_context={"above_tokens": 272_000, "input": 2.0, "cached_input": 0.2, "output": 6.0})
+    assert price.rates(272_000) == (1.0, 0.1, 4.0)
+    assert price.rates(272_001) == (2.0, 0.2, 6.0)
+    assert price.cost(300_000, 200_000, 1_000) == pytest.approx((100_000 * 2.0 + 200_000 * 0.2 + 1_000 * 6.0) / 1e6)
+    assert price.cost(1_000, 0, 1_000) == pytest.approx((1_000 * 1.0 + 1_000 * 4.0) / 1e6)

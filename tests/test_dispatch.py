@@ -179,7 +179,7 @@ async def test_first_token_budget(catalogue: Catalogue) -> None:
 
     silent = lambda req: httpx.Response(200, stream=Silent())  # noqa: E731
     served, _, _, _ = await run(catalogue, {"a": silent, "b": stream_response(OK_STREAM)}, budget_s=0.2)
-    assert served.attempts[0].outcome is Outcome.TIMEOUT and served.attempts[0].duration_s < 0.5
+    assert served.attempts[0].outcome is Outcome.TIMEOUT and served.attempts[0].duration_s < 2.0  # not the 10 s
 
 
 def echoing_key(where: str, status: int) -> Handler:

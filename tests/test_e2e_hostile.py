@@ -20,6 +20,7 @@ import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
+from tests.scrape import access_lines, metric_value
 
 USER = [{"role": "user", "content": "hello"}]
 LIMITS = {"max_body_bytes": 65536, "max_json_depth": 16, "max_messages": 50}
@@ -330,3 +331,33 @@ def test_hostile_model_names_stay_out_of_headers(client: httpx.Client, model: st
         printable_headers(r)
         if r.status_code != 200:
             assert_openai_error(r, r.status_code)
+
+
+def test_a_client_that_hangs_up_mid_upload_is_a_hang_up_not_a_500(client: httpx.Client,
+                                                                   gateway: GatewayProcess) -> None:
+    """Headers that announce 60 kB, 1 kB of body, then the connection closes: Starlette's disconnect
+    while the body is read is recorded as the client's hang-up (499, outcome `cancelled`), counted so
+    in the metrics; it is not a 500 and leaves no traceback."""
+    before = client.get(f"{gateway.url}/metrics").text
+    request_id = f"upload-{time.monotonic_ns()}"
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{gateway.port}\r\n"
+            f"content-type: application/json\r\ncontent-length: 60000\r\nx-request-id: {request_id}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as s:
+        s.sendall(head.encode() + b'{"model": "chat-model", "messages": [{"role": "user", "content": "'
+                  + b"x" * 1000)
+        time.sleep(0.2)  # the gateway is reading the body when the client goes
+    deadline = time.monotonic() + 20
+    while not (lines := [line for line in access_lines(gateway.logs()) if line["request_id"] == request_id]):
+        assert time.monotonic() < deadline, gateway.logs()[-3000:]
+        time.sleep(0.1)
+    assert len(lines) == 1 and lines[0]["status"] == 499 and lines[0]["outcome"] == "cancelled", lines
+    after = client.get(f"{gateway.url}/metrics").text
+
+    def grew(name: str, **labels: str) -> float:
+        return metric_value(after, name, **labels) - metric_value(before, name, **labels)
+
+    assert grew("ultraroute_rejected_requests_total", api="chat", reason="cancelled") == 1
+    assert grew("ultraroute_client_requests_total", api="chat", status="4xx") == 1
+    assert grew("ultraroute_client_requests_total", api="chat", status="5xx") == 0
+    logs = gateway.logs()
+    assert "unhandled error" not in logs and "Traceback" not in logs, logs[-3000:]

@@ -17,6 +17,7 @@ import httpx
 
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
+from tests.scrape import metric_value
 
 PROFILE = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 5}
 
@@ -35,16 +36,25 @@ async def _spread(urls: list[str], total: int, seconds: float) -> list[httpx.Res
         return await asyncio.gather(*(one(i) for i in range(total)))
 
 
-async def _priorities(url: str) -> list[str]:
+async def _priorities(gw: GatewayProcess) -> list[str]:
+    """Three lows, then -- once two of them are provably queued (the gateway's queue-depth metric says
+    so) -- two highs; the priorities in the order their answers came."""
     done: list[str] = []
+    url = f"{gw.base_url}/chat/completions"
     async with httpx.AsyncClient(timeout=30) as client:
-        async def one(priority: str, delay: float) -> None:
-            await asyncio.sleep(delay)
+        async def one(priority: str) -> int:
             r = await client.post(url, json=_body("p"), headers={"x-ultraroute-priority": priority})
-            assert r.status_code == 200, r.text
             done.append(priority)
+            return r.status_code
 
-        await asyncio.gather(*(one("low", 0.0) for _ in range(3)), *(one("high", 0.2) for _ in range(2)))
+        lows = [asyncio.create_task(one("low")) for _ in range(3)]
+        deadline = time.monotonic() + 10
+        while metric_value((await client.get(f"{gw.url}/metrics")).text, "ultraroute_queue_depth",
+                           endpoint="limited") < 2:
+            assert time.monotonic() < deadline, "the lows were never queued"
+            await asyncio.sleep(0.02)
+        statuses = await asyncio.gather(*lows, *(one("high") for _ in range(2)))
+    assert statuses == [200] * 5, statuses
     return done
 
 
@@ -78,7 +88,7 @@ def test_requests_wait_their_turn_high_priority_first() -> None:
         # One request's worth of burst: after the first request, one every 1.5 s, in priority order.
         catalogue["providers"]["limited"]["rate_limits"] = {"requests_per_minute": 40, "burst_s": 1}
         with GatewayProcess(catalogue) as gw:
-            order = asyncio.run(_priorities(f"{gw.base_url}/chat/completions"))
+            order = asyncio.run(_priorities(gw))
             assert sim.stats("limited")["outcomes"].get("rate_limited", 0) == 0
             # The first low takes the only token; the two highs, queued after the other lows, go next.
             assert order == ["low", "high", "high", "low", "low"], order

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,25 +21,55 @@ from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
 
 
+class Traffic:
+    """What the clients of `traffic()` got: the status of every answer, and anything that went wrong
+    (read and asserted in the test's own thread, after the clients have stopped)."""
+
+    def __init__(self) -> None:
+        self.statuses: Counter[int] = Counter()
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def note(self, status: int | None, error: str | None = None) -> None:
+        with self.lock:
+            if status is not None:
+                self.statuses[status] += 1
+            if error is not None:
+                self.errors.append(error)
+
+    def assert_all_served(self) -> None:
+        assert not self.errors, self.errors[:5]
+        assert set(self.statuses) == {200}, dict(self.statuses)  # no 5xx (nor anything else) at all
+
+
 @contextmanager
-def traffic(url: str, body: dict[str, object], users: int) -> Iterator[None]:
-    """`users` closed-loop clients until the block ends."""
+def traffic(url: str, body: dict[str, object], users: int) -> Iterator[Traffic]:
+    """`users` closed-loop clients until the block ends; on leaving it, every answer must have been a
+    200 (checked here, in the test's thread: a failure inside a client thread would go unseen)."""
     stop = threading.Event()
+    seen = Traffic()
 
     def user() -> None:
         with httpx.Client(timeout=30) as client:
             while not stop.is_set():
-                assert client.post(url, json=body).status_code == 200
+                try:
+                    r = client.post(url, json=body)
+                except httpx.HTTPError as exc:
+                    seen.note(None, repr(exc))
+                    continue
+                seen.note(r.status_code, None if r.status_code == 200 else r.text[:300])
 
     threads = [threading.Thread(target=user, daemon=True) for _ in range(users)]
     for t in threads:
         t.start()
     try:
-        yield
+        yield seen
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a client did not stop"
+    seen.assert_all_served()
 
 
 def share(sim: SimProcess, name: str, other: str, since: float, until: float) -> tuple[float, int]:
@@ -73,7 +104,7 @@ def test_slowed_tier_loses_traffic_within_10s_and_regains_it_within_20s() -> Non
         with GatewayProcess(catalogue_for(sim, {"m": rows})) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
                     "provider": {"sort": "throughput"}}
-            with traffic(f"{gw.base_url}/chat/completions", body, users=4):
+            with traffic(f"{gw.base_url}/chat/completions", body, users=4) as seen:
                 wait_share(sim, lambda s: s >= 0.3, 20)  # a in use
                 sim.patch("a", tokens_per_second=80)
                 stopped = wait_share(sim, lambda s: s <= 0.1, 10)
@@ -86,6 +117,7 @@ def test_slowed_tier_loses_traffic_within_10s_and_regains_it_within_20s() -> Non
                 sim.patch("a", tokens_per_second=240)
                 back = wait_share(sim, lambda s: s >= 0.25, 20)  # well above exploration's share
                 assert back <= 20, back
+            assert seen.statuses[200] >= 20  # the clients were served throughout (and only 200s: traffic())
 
 
 def test_capacity_limited_endpoint_gets_only_the_concurrency_its_speed_justifies() -> None:
@@ -102,13 +134,14 @@ def test_capacity_limited_endpoint_gets_only_the_concurrency_its_speed_justifies
         with GatewayProcess(catalogue_for(sim, {"m": rows})) as gw:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
                     "speed": "ultrafast", "provider": {"sort": "throughput"}}
-            with traffic(f"{gw.base_url}/chat/completions", body, users=12):
+            with traffic(f"{gw.base_url}/chat/completions", body, users=12) as seen:
                 time.sleep(5)  # learn the curve
                 sim.reset()  # count from here: max_active as learned
                 time.sleep(6)
                 ultra, std = sim.stats("ultra"), sim.stats("std")
                 # /v1/route shows what each candidate was judged at: its predicted figures at its load.
                 plan = httpx.post(f"{gw.base_url}/route", json=body, timeout=10).json()
+            assert seen.statuses[200] >= 12  # every answer a 200, none a 5xx: traffic() checked on leaving
             figures = {c["id"]: c["figures"] for c in plan["candidates"]}
             assert figures["ultra"]["load"] == figures["ultra"]["in_flight"] + 1
             assert figures["ultra"]["e2e_s"] > 0 and figures["ultra"]["source"] == "measured"

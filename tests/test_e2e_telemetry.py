@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import redis
 
@@ -41,7 +42,10 @@ def sim() -> Iterator[SimProcess]:
                "slowdown_per_user": 0.0}
         for name, (tps, ttft) in PROFILES.items()
     } | {"quick": {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 8,
-                   "capacity": 1000}})
+                   "capacity": 1000},
+         "prefill": {"ttft_ms": 50, "ttft_jitter": 0.05, "tokens_per_second": 2000, "output_tokens": 8,
+                     "slowdown_per_user": 0.0, "prefill_tokens_per_second": 20_000,
+                     "cached_prefill_tokens_per_second": 1_000_000}})
     with SimProcess(config) as process:
         yield process
 
@@ -61,6 +65,32 @@ def test_reported_p50s_match_the_profiles(sim: SimProcess) -> None:
         assert stats["e2e_ms"]["p50"] > stats["ttft_ms"]["p50"] and stats["age_s"] < 30
     assert set(view["tps70"]) >= {"id", "model", "provider", "tier", "price", "region", "quantization",
                                   "available", "stats"}
+
+
+def test_the_ttft_curve_and_cache_hit_ratio_are_learned_and_shown(sim: SimProcess) -> None:
+    """Cold prompts of 1k..20k tokens teach the prefill rate and base latency; a session whose turns
+    stay on the endpoint shows its cache hit ratio."""
+    catalogue = catalogue_for(sim, {"m": [{"sim": "prefill", "id": "prefill"}]})
+    with GatewayProcess(catalogue) as gw:
+        bodies = [{"model": "m", "messages": [{"role": "user", "content": f"{i} " + "x" * (4_000 * k)}]}
+                  for i, k in enumerate([1, 2, 5, 10, 15, 20] * 4)]
+        served(asyncio.run(burst(gw.base_url, bodies, 6)))
+        client = openai.OpenAI(base_url=gw.base_url, api_key="unused")
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "s" * 20_000}]
+        for turn in range(4):
+            messages.append({"role": "user", "content": f"turn {turn} " + "t" * 400})
+            answer = client.chat.completions.create(model="m", messages=messages,  # type: ignore[arg-type]
+                                                    extra_headers={"x-session-id": "agent-1"})
+            messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+        # A view holding every attempt: the last one's sample may land just after its answer, and the
+        # stats shown are recomputed at most every 250 ms.
+        views: list[dict[str, Any]] = []
+        wait_until(lambda: views.append(endpoints_view(gw)["prefill"]["stats"]) or views[-1]["requests"] == 28,
+                   timeout=10)
+        shown = views[-1]["prefill"]
+    assert shown["prefill_tps"] == pytest.approx(20_000, rel=0.15)
+    assert shown["base_ms"] == pytest.approx(50, abs=40)
+    assert shown["cache_hit_ratio"] > 0.8  # turns 2-4 found everything up to their new message cached
 
 
 def two_replicas(sim: SimProcess, redis_url: str, prefix: str) -> tuple[GatewayProcess, GatewayProcess]:

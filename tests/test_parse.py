@@ -277,3 +277,12 @@ def test_the_header_map_keeps_the_first_of_a_repeated_name_as_starlette_does() -
     for name in ("host", "x-ultraroute-speed", "x-session-id", "x-ultraroute-policy"):
         assert headers.get(name) == starlette.get(name)
     assert headers["x-ultraroute-speed"] == "fast" and headers["x-session-id"] == "café"
+
+
+def test_the_session_key_is_any_of_the_names_a_client_gives_its_conversation() -> None:
+    assert parse({"model": "m", "messages": MSG, "prompt_cache_key": "k1"}).session_key == "k1"
+    assert parse({"model": "m", "messages": MSG, "metadata": {"user_id": "u1"}}).session_key == "u1"
+    assert parse({"model": "m", "messages": MSG, "metadata": {"user_id": 7}}).session_key is None
+    both = parse({"model": "m", "messages": MSG, "metadata": {"user_id": "u1"}, "prompt_cache_key": "k1"})
+    assert both.session_key == "k1"  # the conversation's own name before the user's
+    assert parse({"model": "m", "messages": MSG}).session_key is None

@@ -61,16 +61,20 @@ def test_waiters_are_served_high_priority_first(tmp_path: Path) -> None:
 
     async def run() -> list[str]:
         shaper = Shaper([ep.provider], sync_s=0.05)
+        two_waiting = asyncio.Event()
+        shaper.on_queue = lambda key, depth, waited: two_waiting.set() if depth == 2 else None
         await shaper.start()
         order: list[str] = []
 
-        async def one(priority: str, delay: float) -> None:
-            await asyncio.sleep(delay)
+        async def one(priority: str) -> None:
             if await shaper.acquire(ep, 1, priority, 5.0):
                 order.append(priority)
 
         try:
-            await asyncio.gather(one("low", 0), one("low", 0.01), one("low", 0.01), one("high", 0.1))
+            lows = [asyncio.create_task(one("low")) for _ in range(3)]
+            # The first low takes the burst; the high joins only once the other two are provably queued.
+            await asyncio.wait_for(two_waiting.wait(), 5)
+            await asyncio.gather(*lows, one("high"))
         finally:
             await shaper.stop()
         return order

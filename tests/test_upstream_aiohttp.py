@@ -9,16 +9,18 @@ is not done. These tests also pin the aiohttp internals the tuning relies on.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import aiohttp
 import pytest
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
 from gateway.config import Endpoint, build_catalogue, parse_catalogue
 from gateway.upstream import TRANSPORT_ERRORS, Upstreams
-from gateway.upstream_aiohttp import LeanReader
+from gateway.upstream_aiohttp import LeanReader, StreamConnector, connector_class, missing_internals
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -64,14 +66,16 @@ class RawProvider:
             writer.close()
 
     @asynccontextmanager
-    async def upstreams(self) -> AsyncIterator[tuple[Upstreams, Endpoint]]:
+    async def upstreams(
+        self, connector: type[aiohttp.TCPConnector] = StreamConnector
+    ) -> AsyncIterator[tuple[Upstreams, Endpoint]]:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         file = parse_catalogue({"providers": {"raw": {"base_url": f"http://127.0.0.1:{port}/v1"}},
                                 "models": {"m": {"endpoints": [{"provider": "raw", "model": "up",
                                                                 "price": {"input": 1, "output": 1}}]}}}, "test")
         catalogue = build_catalogue(file, "test", {})
-        upstreams = Upstreams(catalogue.providers)
+        upstreams = Upstreams(catalogue.providers, connector_class=connector)
         try:
             async with asyncio.timeout(10):
                 yield upstreams, catalogue.models["m"][0]
@@ -204,3 +208,36 @@ async def test_read_now_takes_what_has_arrived_and_says_when_a_read_would_wait()
         assert rest == events[2] + events[3]
         assert response.read_now() == b""
         await response.aclose()
+
+
+def test_this_aiohttp_has_every_internal_the_tuning_needs(caplog: pytest.LogCaptureFixture) -> None:
+    assert missing_internals() == []
+    with caplog.at_level(logging.WARNING):
+        assert connector_class() is StreamConnector
+    assert caplog.records == []
+
+
+def test_an_aiohttp_without_them_gets_the_stock_classes_and_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp before 3.14 has `resume_reading()` with no `resume_parser`: the tuned protocol's call
+    would raise a TypeError the first time a stream filled its buffer."""
+    def old_resume_reading(self: ResponseHandler) -> None:
+        pass
+
+    monkeypatch.setattr(ResponseHandler, "resume_reading", old_resume_reading)
+    monkeypatch.setattr(StreamReader, "__slots__", tuple(n for n in StreamReader.__slots__ if n != "_cursor"))
+    with caplog.at_level(logging.WARNING):
+        assert connector_class() is aiohttp.TCPConnector
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "ResponseHandler.resume_reading(resume_parser)" in warnings[0]
+    assert "StreamReader._cursor" in warnings[0]
+
+
+async def test_the_stock_classes_read_a_stream_that_fills_the_buffer() -> None:
+    provider = RawProvider([[sse_server_response(4000, size=400)]])
+    async with provider.upstreams(aiohttp.TCPConnector) as (upstreams, endpoint):
+        body, reader = await read_body(upstreams, endpoint, read_after_s=0.3)
+    assert body.count(b"data: ") == 4000
+    assert reader is StreamReader

@@ -39,10 +39,12 @@ class Figures:
 
 
 def estimated_cost(endpoint: Endpoint, prompt_tokens: int, max_tokens: int | None,
-                   stats: EndpointStats) -> float | None:
+                   stats: EndpointStats, cached_tokens: int = 0) -> float | None:
+    """USD for this request: `cached_tokens` of its prompt at the cached price, all at the rates of its
+    context size (`price.long_context`)."""
     output = max_tokens or DEFAULT_OUTPUT_TOKENS
     if endpoint.price is not None:
-        return (prompt_tokens * endpoint.price.input + output * endpoint.price.output) / 1e6
+        return endpoint.price.cost(prompt_tokens, cached_tokens, output)
     if endpoint.hourly_cost is not None and stats.requests and stats.window_s:
         # Rented capacity: what a token really costs is the hourly price over measured throughput.
         aggregate_tps = stats.tokens.output / stats.window_s
@@ -74,7 +76,10 @@ def figures_for(endpoint: Endpoint, stats: EndpointStats, model: SpeedModel | No
     """`stats` (the window's, every replica's) gives the shared speed-vs-load fit; `model` the local one.
     `n_tokens`: the output expected (`output_tokens`), by default from this endpoint alone."""
     n = n_tokens or output_tokens(max_tokens, (stats,))
-    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, n, failure_rate(stats), capacity)
+    # Ranked as a cold prompt: whether this endpoint holds the session's prefix is the router's per
+    # request question (sticky.py).
+    p = predict(endpoint, model, stats.fit_tps, stats.fit_ttft, in_flight, n, failure_rate(stats), capacity,
+                stats.fit_prefill, prompt_tokens)
     has_samples = stats.requests > 0 or (model is not None and model.tps.w > 0)
     has_prior = endpoint.advertised.tokens_per_second is not None or endpoint.advertised.ttft_ms is not None
     return with_prediction(Figures(

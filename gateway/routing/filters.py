@@ -17,6 +17,7 @@ from gateway.context import ChatRequest, Preferences
 
 # Tokens are ~4 characters of English; a deliberately rough, cheap estimate.
 CHARS_PER_TOKEN = 4
+COARSE_ABOVE = 4096  # prompt estimates above this many tokens are rounded to a relative grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +45,19 @@ def request_shape(request: ChatRequest) -> RequestShape:
     if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         used.add("assistant_prefix")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    # Rounded up to 64 tokens so that prompts of similar size share a cached plan.
-    prompt_tokens = -(-request.prompt_chars // (CHARS_PER_TOKEN * 64)) * 64
-    return RequestShape(prompt_tokens, max_tokens if isinstance(max_tokens, int) else None,
+    return RequestShape(prompt_size(request.prompt_chars), max_tokens if isinstance(max_tokens, int) else None,
                         frozenset(used), request.upstream)
+
+
+def prompt_size(prompt_chars: int) -> int:
+    """The prompt's estimated tokens, rounded up so that prompts of similar size share a cached plan: to
+    64 tokens up to 4,096, above that to a grid ~4% apart (an agent's context grows every turn; a plan
+    per 64 tokens of it would be rebuilt for nearly every request, and chars / 4 is rougher than 4%)."""
+    tokens = -(-prompt_chars // CHARS_PER_TOKEN)
+    if tokens <= COARSE_ABOVE:
+        return -(-tokens // 64) * 64
+    step = 1 << max(6, tokens.bit_length() - 5)  # 1/32 of the power of two below: 3-6% of the size
+    return -(-tokens // step) * step
 
 
 def matches(endpoint: Endpoint, names: Iterable[str]) -> bool:
@@ -78,10 +88,14 @@ def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences
             return f"input price {price.input:g} > max_price.prompt {prefs.max_price_prompt:g}"
         if prefs.max_price_completion is not None and price.output > prefs.max_price_completion:
             return f"output price {price.output:g} > max_price.completion {prefs.max_price_completion:g}"
-    if endpoint.context_length is not None:
+    if endpoint.context_length is not None:  # on the estimate: before the provider refuses it
         needed = shape.prompt_tokens + (shape.max_tokens or 0)
         if needed > endpoint.context_length:
             return f"context length {endpoint.context_length} too small (~{needed} tokens needed)"
+    limit = endpoint.max_uncached_input_tokens
+    if limit is not None and shape.prompt_tokens > limit:
+        # Judged cold: whether this endpoint holds the prompt's prefix is not known here.
+        return f"cold prompt ~{shape.prompt_tokens} tokens > max_uncached_input_tokens {limit}"
     if shape.max_tokens and endpoint.max_output_tokens and shape.max_tokens > endpoint.max_output_tokens:
         return f"max_output_tokens {endpoint.max_output_tokens} < max_tokens {shape.max_tokens}"
     if prefs.require_parameters:

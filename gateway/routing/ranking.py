@@ -5,7 +5,8 @@ router applies them:
 
 1. `rank()`: by tier group, then by the sort key (throughput: predicted end-to-end time of this
    request at the load it would join, plus the time it adds to the others, lowest first (speed.py);
-   latency: TTFT, lowest first; price: estimated cost of this request, lowest first).
+   latency: TTFT with this prompt's prefill, lowest first; e2e: that plus the output's decode at the
+   load it would join, lowest first; price: estimated cost of this request, lowest first).
 2. `spill_premium()`: a fast or ultrafast endpoint that is at capacity, or predicted slower than the
    best endpoint of the next tier down, moves behind that tier ("capacity" / "slower"): paying for
    speed must never buy less.
@@ -37,6 +38,8 @@ def sort_value(sort: Sort | None, figures: Figures) -> float:
         return figures.score_s
     if sort is Sort.LATENCY:
         return figures.ttft_ms if figures.ttft_ms is not None else math.inf
+    if sort is Sort.E2E:  # TTFT with this prompt's prefill + its output at the decode rate of its load
+        return figures.e2e_s if figures.e2e_s is not None else math.inf
     return figures.cost_usd if figures.cost_usd is not None else math.inf
 
 

@@ -11,7 +11,10 @@ least predicted time for this request plus what it adds to the requests already 
 tier preferred while it is not slower, an endpoint at its concurrency limit never -- breaking near
 ties by power of two choices on load; a conversation sticks to the endpoint that served its last
 turn; now and then an endpoint whose stats have gone stale is explored so that recoveries are
-noticed. Without a sort, the first pick is random, weighted toward the cheaper.
+noticed. Without a sort, the first pick is random, weighted toward the cheaper -- for a prompt of
+1,024+ tokens (agent traffic) the least predicted end-to-end time, as `sort: e2e`. A turn whose
+session's cache is held by an endpoint stays there while the cache is worth more than the time the
+holder would cost (stay.py).
 
 State here is local to this replica: load models, session affinity, caches. Reads of telemetry go
 through the store's cached view; nothing here does I/O.
@@ -19,6 +22,7 @@ through the store's cached view; nothing here does I/O.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -33,7 +37,16 @@ from gateway.routing.figures import Figures, failure_rate, figures_for, output_t
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy, Rechecks
-from gateway.routing.speed import TRIAL_CONCURRENCY, Curve, Prediction, SpeedModel, curve, fallback_scores
+from gateway.routing.speed import (
+    ERROR_PENALTY,
+    TRIAL_CONCURRENCY,
+    Curve,
+    Prediction,
+    SpeedModel,
+    curve,
+    fallback_scores,
+)
+from gateway.routing.stay import cache_credit, judge_stay
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -41,6 +54,10 @@ from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
 STATS_WINDOW_S = 300  # also the shared speed-vs-load fit's window (every replica's samples)
+# An agent-sized prompt: a conversation the client does not name is named by its first messages
+# (sticky.py) once its prompt is this large -- below, a cache saves too little to weigh (and identical
+# short prompts are not one session) -- and without a sort it is routed by predicted end-to-end time.
+DERIVE_SESSION_ABOVE = 1024
 _MAX_CACHE = 4096
 
 
@@ -91,6 +108,10 @@ class _Ranked:
     by_key: dict[str, Candidate]
     index: dict[str, int]  # endpoint key -> position in `candidates`
     cache_pays: bool  # some endpoint's cached input is cheaper: stickiness pays without a session id
+    prompt_tokens: int  # the request's estimated prompt (its shape's)
+    stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
+    sort: Sort | None
+    credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
 
 
 class Router:
@@ -141,7 +162,7 @@ class Router:
                 if model.slowed_at != slowed_at:
                     self._rechecks.slowed(sample.endpoint_key, self._clock())
         if session_key is not None and sample.outcome == "ok":
-            self.sessions.remember(session_key, sample.endpoint_key)
+            self.sessions.remember(session_key, sample.endpoint_key, sample.input_tokens)
 
     def progress(self, endpoint_key: str, load: float, decode_tps: float, sent_at: float) -> None:
         """A running stream's decode rate so far (the recorder's `progress`): acted on only when it
@@ -179,7 +200,8 @@ class Router:
         head = parts[0]
         session = request.session_key
         explicit = session is not None
-        if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
+        if session is None and (prefs.sticky or (prefs.sticky is None and (
+                head.cache_pays or shape.prompt_tokens >= DERIVE_SESSION_ABOVE))):
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `_fallback_order`).
@@ -248,7 +270,13 @@ class Router:
         n_tokens = output_tokens(shape.max_tokens, stats.values())
         candidates = [self._candidate(e, tier_rank, shape, stats[e.key], n_tokens)
                       for e, tier_rank in static.eligible]
-        ordered = rank(candidates, prefs.sort)
+        # Without a sort, an agent-sized prompt is routed by its predicted end-to-end time: where a
+        # large prompt goes decides its prefill time and which cache it builds, and spreading it by
+        # price alone made sessions ~2x slower than an oracle and, cache missed, not cheaper.
+        sort = prefs.sort
+        if sort is None and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
+            sort = Sort.E2E
+        ordered = rank(candidates, sort)
         ordered, spills = spill_premium(ordered)
         ordered = soft_thresholds(ordered, prefs, stats)
         ordered = prefer_order(ordered, prefs.order)
@@ -264,8 +292,7 @@ class Router:
         curves = {}
         for c in live:
             k = c.endpoint.key
-            curves[k] = curve(c.endpoint, self._speed.get(k), stats[k].fit_tps, stats[k].fit_ttft,
-                              failure_rate(stats[k]), self._capacity(k), stats[k].timeout_rate)
+            curves[k] = self._curve(c.endpoint, stats[k])
         stale_after = self.settings.stale_after_s
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
@@ -278,13 +305,18 @@ class Router:
             not_live=tuple(c for c in ordered if c not in live),
             curves=curves,
             n_tokens=n_tokens,
-            live_choice=prefs.sort is Sort.THROUGHPUT,
+            live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
             cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=tuple(c for c in (live if prefs.sort is Sort.THROUGHPUT else group)
+            stale=tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
                         if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
             by_key={c.endpoint.key: c for c in ordered},
             index={c.endpoint.key: i for i, c in enumerate(ordered)},
             cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
+            prompt_tokens=shape.prompt_tokens,
+            stats=stats,
+            sort=sort,
+            credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
+                          for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
         )
         return ranked
 
@@ -292,12 +324,15 @@ class Router:
                 scored: list[_Scored] | None) -> Candidate:
         """The first candidate, chosen now: sticky, explored, or the best with live load."""
         default = ranked.candidates[0]
-        sticky = self._sticky(ranked, session, explicit, prefs)
+        sticky, moved = self._sticky(ranked, session, explicit, prefs, scored)
         if sticky is not None:
-            return replace(sticky, notes=("sticky",))
+            return sticky
+        if moved is not None:  # the holder was judged not worth it: chosen as without a session, explained
+            chosen = self._choose(ranked, prefs, None, False, scored)
+            return replace(chosen, notes=(*chosen.notes, moved))
         if prefs.order:
             return default
-        if prefs.sort is not None:
+        if ranked.sort is not None:
             explored = self._explore(ranked, default)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
@@ -305,9 +340,9 @@ class Router:
             return self._fastest_now(ranked, scored)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
-        if prefs.sort is None:
+        if ranked.sort is None:
             return self._cheap_weighted(ranked.lead)
-        return self._best_of_head(ranked.lead[: self.settings.head_size], prefs.sort)
+        return self._best_of_head(ranked.lead[: self.settings.head_size], ranked.sort)
 
     def _score_live(self, ranked: _Ranked) -> list[_Scored]:
         """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
@@ -318,11 +353,22 @@ class Router:
         trial = max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
         unavailable = self.unavailable
         curves = [ranked.curves[c.endpoint.key] for c in ranked.live]
-        predictions = [k.predict(in_flight, ranked.n_tokens, trial) for k, in_flight in zip(curves, loads, strict=True)]
+        uncached = ranked.prompt_tokens  # all as cold prompts: the session's holder is judged apart (stay.py)
+        predictions = [k.predict(in_flight, ranked.n_tokens, trial, uncached)
+                       for k, in_flight in zip(curves, loads, strict=True)]
+        if ranked.sort is Sort.E2E:  # this request's own end-to-end time, not decode plus what it adds to others
+            predictions = [p if math.isinf(p.clean_s) else Prediction(
+                p.decode_tps, p.ttft_s, p.load, p.e2e_s, p.marginal_s,
+                p.e2e_s * k.penalty * (1.0 + ERROR_PENALTY * k.error_rate), p.e2e_s * k.penalty)
+                for p, k in zip(predictions, curves, strict=True)]
         # One dispatch would skip counts as full: not chosen, and last in the fallback order.
         clean = [inf if unavailable is not None and unavailable(c.endpoint.key) else p.clean_s
                  for c, p in zip(ranked.live, predictions, strict=True)]
         scores = fallback_scores(clean, curves, predictions)  # a failure priced by what it falls back to
+        if ranked.credits:  # an agent's next turn will be cheaper where this one builds its cache (stay.py)
+            # As the time a candidate's cache would not save, so that scores stay positive (near ties).
+            most = max(ranked.credits)
+            scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
         return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
 
     def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:
@@ -336,7 +382,9 @@ class Router:
         live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
         rest = ranked.not_live
         if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
-            rest = tuple(c for c in rest if c.endpoint.key != key)
+            i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
+            rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
+                tuple(c for c in rest if c.endpoint.key != key)
         return (*(s[4] for s in live), *rest)
 
     def _fastest_now(self, ranked: _Ranked, scored: list[_Scored]) -> Candidate:
@@ -383,15 +431,31 @@ class Router:
         weights = [1.0 / (x or fallback) for x in costs]
         return self._rng.choices(group, weights=weights)[0]
 
-    def _sticky(self, ranked: _Ranked, session: str | None, explicit: bool,
-                prefs: Preferences) -> Candidate | None:
+    def _curve(self, endpoint: Endpoint, stats: EndpointStats) -> Curve:
+        k = endpoint.key
+        return curve(endpoint, self._speed.get(k), stats.fit_tps, stats.fit_ttft, failure_rate(stats),
+                     self._capacity(k), stats.timeout_rate, stats.fit_prefill)
+
+    def _sticky(self, ranked: _Ranked, session: str | None, explicit: bool, prefs: Preferences,
+                scored: list[_Scored] | None) -> tuple[Candidate | None, str | None]:
+        """(the holder of the session's cache, if the turn stays there; else why it moves, if it had one)."""
         if session is None or prefs.sticky is False:
-            return None
-        endpoint_key = self.sessions.get(session)
-        c = ranked.by_key.get(endpoint_key) if endpoint_key is not None else None
-        if c is None or c.notes:  # gone from the plan, spilled or below a threshold: not worth it
-            return None
-        return c if explicit or prefs.sticky or _cache_pays(c.endpoint) else None
+            return None, None
+        holder = self.sessions.holder(session)
+        c = ranked.by_key.get(holder.endpoint_key) if holder is not None else None
+        if c is None or c.notes or holder is None:  # gone from the plan, spilled or below a threshold
+            return None, None
+        if not (explicit or prefs.sticky or _cache_pays(c.endpoint) or ranked.prompt_tokens >= DERIVE_SESSION_ABOVE):
+            return None, None
+        # A rule where the policy makes it one, and for a small prompt without a sort: that default picks
+        # any endpoint of the lead at random, the holder is as good a pick, and a conversation that
+        # flapped between near-equal endpoints would lose its cache for nothing.
+        if prefs.sticky or ranked.sort is None:
+            return replace(c, notes=("sticky",)), None
+        verdict, figures = judge_stay(self, ranked, c, holder, scored)
+        if not verdict.stay:
+            return None, verdict.why
+        return Candidate(c.endpoint, figures or c.figures, c.tier_rank, ("sticky", verdict.why)), None
 
     def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
         """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for

@@ -12,7 +12,8 @@ Per endpoint, three sources, most specific first:
 3. the catalogue's advertised figures: the prior, with a default slow-down of 1% per extra user.
 
 `predict()` returns, for a request of `n` output tokens joining `load` requests in flight: its decode
-rate and TTFT, its end-to-end time, and the time it adds to the requests already there (each of the
+rate and TTFT (with the prompt's uncached tokens at the endpoint's fitted prefill rate, once one is
+measured: telemetry/prefill.py), its end-to-end time, and the time it adds to the requests already there (each of the
 `load` others decodes its remaining ~n/2 tokens at the slower rate): the marginal cost that keeps
 the router from piling onto the endpoint that looked fastest until it is no longer fast. The score
 `sort: throughput` minimises is the decode time of this request plus that marginal cost, with the
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 
 from gateway.config import Endpoint
 from gateway.telemetry.fit import LoadFit
+from gateway.telemetry.prefill import PrefillFit, PrefillLine
 
 # Per-user slowdown per extra concurrent request, relative, until the model has seen load vary.
 # (A 235B MoE on four GPUs: 112 tok/s for one user, 71 at 64 -> ~0.9% per extra user.)
@@ -315,12 +317,34 @@ class Curve:
     claimed: bool = False  # the speed is the catalogue's claim only: never measured (TRIAL_CONCURRENCY)
     error_rate: float = 0.0  # attempts that fail (429s apart: capacity) ...
     hang_rate: float = 0.0  # ... of which time out (HANG_S each); the others fail about when a token would come
+    # TTFT against the prompt's uncached tokens (telemetry/prefill.py), once a prefill rate is measured;
+    # else `prefill_s_per_token` (the advertised rate) on top of the load line, else the load line alone.
+    prefill: PrefillLine | None = None
+    prefill_s_per_token: float | None = None
 
-    def predict(self, in_flight: int, n_tokens: int, trial_limit: int | None = None) -> Prediction:
-        """What a request of `n_tokens` output tokens would get joining `in_flight` others (module doc).
-        `trial_limit`: the most a `claimed` endpoint may take now (the router's fair share)."""
+    def ttft_s(self, in_flight: int, uncached_tokens: int) -> float | None:
+        """Predicted TTFT of a prompt with `uncached_tokens` not in this endpoint's cache, joining
+        `in_flight` others."""
+        if self.prefill is not None and self.prefill.per_token_s is not None:
+            return self.prefill.ttft_s(uncached_tokens, in_flight)
+        ttft = None if self.ttft is None else self.ttft[0] + self.ttft[1] * (in_flight + 1)
+        if self.prefill_s_per_token is not None and uncached_tokens:
+            return (ttft or 0.0) + uncached_tokens * self.prefill_s_per_token
+        return ttft
+
+    def s_per_prompt_token(self) -> float | None:
+        """Seconds one uncached prompt token adds to TTFT: measured, else advertised, else unknown."""
+        if self.prefill is not None and self.prefill.per_token_s is not None:
+            return self.prefill.per_token_s
+        return self.prefill_s_per_token
+
+    def predict(self, in_flight: int, n_tokens: int, trial_limit: int | None = None,
+                uncached_tokens: int = 0) -> Prediction:
+        """What a request of `n_tokens` output tokens and `uncached_tokens` of prompt to prefill would
+        get joining `in_flight` others (module doc). `trial_limit`: the most a `claimed` endpoint may
+        take now (the router's fair share)."""
         load = in_flight + 1
-        ttft = None if self.ttft is None else self.ttft[0] + self.ttft[1] * load
+        ttft = self.ttft_s(in_flight, uncached_tokens)
         if self.tps is None:
             return Prediction(None, ttft, load, math.inf, 0.0, math.inf)
         a, b = self.tps
@@ -367,7 +391,7 @@ def fallback_scores(clean: list[float], curves: list[Curve], predictions: list[P
 
 def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
           shared_ttft: LoadFit | None, error_rate: float = 0.0, capacity: int | None = None,
-          hang_rate: float = 0.0) -> Curve:
+          hang_rate: float = 0.0, shared_prefill: PrefillFit | None = None) -> Curve:
     """The endpoint's curve from its local fits, the shared ones and the advertised prior (module doc)."""
     advertised = endpoint.advertised.tokens_per_second
     prior = 1.0 / advertised if advertised else None
@@ -379,12 +403,16 @@ def curve(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | No
     if ttft_line is None and endpoint.advertised.ttft_ms:
         ttft_line = (endpoint.advertised.ttft_ms / 1000.0, 0.0)
     penalty = 1.0 / OPTIMISM if model is not None and 0 < model.tps.w < CONFIDENT_WEIGHT else 1.0
+    prefill = None if shared_prefill is None else shared_prefill.line()
+    advertised_prefill = endpoint.advertised.prefill_tokens_per_second
     return Curve(tps_line, ttft_line, concurrency_limit(endpoint, capacity), penalty, claimed, error_rate,
-                 hang_rate)
+                 hang_rate, prefill, None if advertised_prefill is None else 1.0 / advertised_prefill)
 
 
 def predict(endpoint: Endpoint, model: SpeedModel | None, shared_tps: LoadFit | None,
             shared_ttft: LoadFit | None, in_flight: int, n_tokens: int, error_rate: float = 0.0,
-            capacity: int | None = None) -> Prediction:
-    """`curve(...).predict(in_flight, n_tokens)`."""
-    return curve(endpoint, model, shared_tps, shared_ttft, error_rate, capacity).predict(in_flight, n_tokens)
+            capacity: int | None = None, shared_prefill: PrefillFit | None = None,
+            uncached_tokens: int = 0) -> Prediction:
+    """`curve(...).predict(in_flight, n_tokens, uncached_tokens=...)`."""
+    return curve(endpoint, model, shared_tps, shared_ttft, error_rate, capacity,
+                 shared_prefill=shared_prefill).predict(in_flight, n_tokens, uncached_tokens=uncached_tokens)

@@ -2,7 +2,7 @@
 
 - `speed: ultrafast`: ultrafast, then fast, then standard. `speed: fast`: fast, then standard.
   `speed: standard`: standard only.
-- No speed: standard tiers; with `sort: throughput` (or `:nitro`) standard and fast are ranked
+- No speed: standard tiers; with `sort: throughput` (or `:nitro`) or `sort: e2e` standard and fast are ranked
   together, as OpenRouter's Nitro admits its priority endpoints. A model with no standard tier is
   served by its lowest tier. Ultrafast (6-8x the price) is never chosen unless asked for.
 - `allow_fallbacks: false` keeps only the first tier group.
@@ -27,7 +27,7 @@ def tier_ranks(speed: Speed | None, sort: Sort | None, present: Iterable[Tier],
         ranks = {Tier.FAST: 0, Tier.STANDARD: 1}
     elif speed is Speed.STANDARD:
         ranks = {Tier.STANDARD: 0}
-    elif sort is Sort.THROUGHPUT:
+    elif sort is Sort.THROUGHPUT or sort is Sort.E2E:  # speed asked for: fast hosts compete on measurements
         ranks = {Tier.STANDARD: 0, Tier.FAST: 0}
     else:
         tiers = set(present)

@@ -16,7 +16,10 @@ small supervisor:
     forward   SIGTERM and SIGINT to every worker as SIGTERM (each stops gracefully: uvicorn stops
               accepting and finishes its requests), SIGHUP as SIGHUP (each reloads, where the app
               supports it). A second SIGTERM/SIGINT kills the workers. Workers run in their own
-              process group, so a Ctrl-C in a terminal reaches them once, through here.
+              process group, so a Ctrl-C in a terminal reaches them once, through here. At the
+              first SIGTERM this process closes its copy of the listening sockets, so the port
+              refuses new connections once the last worker stops listening, rather than queueing
+              connections no one will accept (reset when this process exits).
     restart   a worker that exits on its own (a crash), after a second; five quick deaths in a row
               stop the whole server instead of looping.
 
@@ -27,6 +30,7 @@ answers on port FIRST + i, so Prometheus can scrape every worker (the shared por
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -139,6 +143,9 @@ class Supervisor:
         self.stopping = False
         self.quick_deaths = 0
         self._context = multiprocessing.get_context("spawn")
+        # The signal handler writes here so that `_watch` wakes at once and closes the listeners.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -155,8 +162,18 @@ class Supervisor:
             for proc in self.procs.values():
                 if proc.is_alive():
                     proc.kill()
-            for sock in (self.shared, *self.own):
-                sock.close()
+            self._close_listeners()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _close_listeners(self) -> None:
+        """This process's copies of the listening sockets. Once stopping, the supervisor must not hold
+        them: the kernel would keep completing handshakes on the port after the last worker closed
+        its own copy, and those connections, never accepted, are reset when this process exits (a
+        request sent, no answer). Closed here, the port refuses new connections as soon as the last
+        worker stops listening."""
+        for sock in (self.shared, *self.own):
+            sock.close()
 
     def _start(self, index: int) -> None:
         proc = self._context.Process(target=_worker_main, name=f"ultraroute-worker-{index}",
@@ -172,7 +189,11 @@ class Supervisor:
     def _watch(self) -> int:
         status = 0
         while self.procs:
-            ready = wait([p.sentinel for p in self.procs.values()], timeout=1.0)
+            ready = wait([*(p.sentinel for p in self.procs.values()), self._wake_r], timeout=1.0)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 512)
+            if self.stopping:
+                self._close_listeners()
             for index, proc in list(self.procs.items()):
                 if proc.sentinel not in ready:
                     continue
@@ -197,6 +218,8 @@ class Supervisor:
         return status
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: `_watch` has a wake-up pending anyway
+            os.write(self._wake_w, b"s")  # wake `_watch` (it closes the listeners once stopping)
         if signum == signal.SIGHUP:
             self._forward(signal.SIGHUP)
         elif self.stopping:  # a second request to stop: do not wait for the requests in flight

@@ -7,7 +7,8 @@ Does not: check capacity or context length against live state, wait, or write to
 
 Length rules: with `max_tokens`/`max_completion_tokens` set, the answer has exactly that many
 completion tokens, reasoning first (`min(reasoning_tokens, limit)` of them), finish "length";
-without, `reasoning_tokens` + `output_tokens`, finish "stop". A trailing assistant message (only on
+without (or, with the profile's `natural_stop`, under a limit that leaves room for them),
+`reasoning_tokens` + `output_tokens`, finish "stop". A trailing assistant message (only on
 `accepts_prefix` endpoints) holds k already-delivered answer words: the request then emits answer
 tokens k.. of the same uncut answer (same messages) and no reasoning (if k > 0). Its limit counts the
 new tokens only, as real hosts count it: a continuation asked for `max_tokens` L emits answer tokens
@@ -169,7 +170,7 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat")
         base = messages[:-1]
     # Exactly `limit` completion tokens when the request sets one (reasoning first, like
     # OpenAI's max_completion_tokens), else the profile's natural lengths.
-    if limit is None:
+    if limit is None or (profile.natural_stop and limit >= profile.reasoning_tokens + profile.output_tokens):
         n_reasoning, n_answer, finish = profile.reasoning_tokens, profile.output_tokens, "stop"
     else:
         n_reasoning = min(profile.reasoning_tokens, limit)

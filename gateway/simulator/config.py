@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.simulator.prompt_cache import PromptCacheConfig
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -74,7 +76,14 @@ class ScriptConfig(BaseModel):
 
 
 class EndpointProfile(BaseModel):
-    """How one simulated endpoint behaves (latency, speed, limits, faults)."""
+    """How one simulated endpoint behaves (latency, speed, limits, faults).
+
+    Time to first token = (`ttft_ms`, the base latency, jittered) + the prompt's uncached tokens at
+    `prefill_tokens_per_second` + its cached tokens at `cached_prefill_tokens_per_second`, both rates
+    slowed by load as decode is (`slowdown_per_user`); 0 leaves that part out (the prompt's size does
+    not matter: the simulator's behaviour before prefill was modelled). Decode slows further by
+    `decode_slowdown_per_1k_context` per 1,000 prompt tokens (attention over a longer context).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -89,17 +98,39 @@ class EndpointProfile(BaseModel):
     requests_per_minute: int = Field(0, ge=0)
     retry_after_s: float = Field(1.0, ge=0.0)
     output_tokens: int = Field(64, ge=0)
+    # With a limit set, an answer has exactly `limit` tokens (finish "length") unless this is set: then
+    # it ends at `output_tokens` (finish "stop") when the limit is above that, as a model done talking.
+    natural_stop: bool = False
     reasoning_tokens: int = Field(0, ge=0)
     context_length: int = Field(131072, ge=1)
     accepts_prefix: bool = False
     tick_ms: float = Field(10.0, gt=0.0)
+    prefill_tokens_per_second: float = Field(0.0, ge=0.0)  # 0: prefill takes no time
+    cached_prefill_tokens_per_second: float = Field(0.0, ge=0.0)  # 0: cached tokens take no time
+    decode_slowdown_per_1k_context: float = Field(0.0, ge=0.0)
+    prompt_cache: PromptCacheConfig = PromptCacheConfig()
     faults: FaultsConfig = FaultsConfig()
     # Set: chat answers follow the script (a shell tool call, then a final text) instead of words.
     script: ScriptConfig | None = None
 
-    def rate_at(self, concurrency: int) -> float:
-        """Per-user decode rate (tokens/s) when `concurrency` requests are in flight."""
-        return self.tokens_per_second / (1.0 + self.slowdown_per_user * max(concurrency - 1, 0))
+    def _load_factor(self, concurrency: int) -> float:
+        return 1.0 + self.slowdown_per_user * max(concurrency - 1, 0)
+
+    def rate_at(self, concurrency: int, context_tokens: int = 0) -> float:
+        """Per-user decode rate (tokens/s) when `concurrency` requests are in flight, for a request
+        whose prompt holds `context_tokens`."""
+        context = 1.0 + self.decode_slowdown_per_1k_context * context_tokens / 1000.0
+        return self.tokens_per_second / (self._load_factor(concurrency) * context)
+
+    def prefill_s(self, prompt_tokens: int, cached_tokens: int, concurrency: int) -> float:
+        """Seconds to prefill a prompt of which `cached_tokens` are cached, with `concurrency` in flight."""
+        seconds = 0.0
+        uncached = max(prompt_tokens - cached_tokens, 0)
+        if self.prefill_tokens_per_second:
+            seconds += uncached / self.prefill_tokens_per_second
+        if self.cached_prefill_tokens_per_second:
+            seconds += cached_tokens / self.cached_prefill_tokens_per_second
+        return seconds * self._load_factor(concurrency)
 
 
 class SimConfig(BaseModel):
@@ -168,7 +199,7 @@ def load_sim_config(path: Path | str) -> SimConfig:
 
 
 def merge_profile(profile: EndpointProfile, patch: Any, where: str = "patch") -> EndpointProfile:
-    """Apply an admin PATCH: top-level keys replace, `faults` is merged key by key; re-validated.
+    """Apply an admin PATCH: top-level keys replace, `faults` and `prompt_cache` are merged key by key; re-validated.
 
     The port cannot change through a patch (the listener is bound once); sending the same value
     is allowed so a GET-modify-PATCH round trip works.
@@ -177,8 +208,8 @@ def merge_profile(profile: EndpointProfile, patch: Any, where: str = "patch") ->
         raise SimConfigError(f"{where}: body must be a JSON object")
     merged = profile.model_dump()
     for key, value in patch.items():
-        if key == "faults" and isinstance(value, dict):
-            merged["faults"] = {**merged["faults"], **value}
+        if key in ("faults", "prompt_cache") and isinstance(value, dict):
+            merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     if merged.get("port") != profile.port:

@@ -3,9 +3,11 @@
 Does: serve `POST /v1/chat/completions` and the legacy `/v1/completions` (streaming and not),
 `POST /v1/embeddings` (structured.py) and `GET /v1/models` on the
 endpoint's own port; enforce context-length and capacity limits with OpenAI-shaped errors; wait a
-lognormal TTFT, then emit tokens on a per-user rate that slows down with the endpoint's current
-concurrency, batched to at most one socket write per tick; inject the profile's faults; apply
-admin patches (including refusing connections).
+lognormal base TTFT plus the prefill of the prompt's uncached (and, faster, cached) tokens, the
+cached part looked up in the endpoint's prompt cache (prompt_cache.py), then emit tokens on a
+per-user rate that slows down with the endpoint's current concurrency and the prompt's length,
+batched to at most one socket write per tick; inject the profile's faults; apply admin patches
+(including refusing connections).
 Does not: parse HTTP (`http11.py`), validate request bodies (`chat_request.py`), build payload
 bytes (`payloads.py`), keep the counters' bookkeeping (`stats.py`) or serve the admin API
 (`admin.py`).
@@ -32,12 +34,12 @@ import orjson
 
 from gateway.simulator.chat_request import ApiError, ChatJob, parse_chat_request, rate_limited
 from gateway.simulator.config import EndpointProfile, SimConfigError, merge_profile
-from gateway.simulator.content import PrefixCache
 from gateway.simulator.embeddings import serve_embeddings
 from gateway.simulator.http11 import HttpConnection, HttpListener, Request
 from gateway.simulator.native_payloads import anthropic_error_body, error_event, native_writer
 from gateway.simulator.native_request import parse_native_request
 from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
+from gateway.simulator.prompt_cache import PromptCache
 from gateway.simulator.stats import Attempt, EndpointStats, RecentRequests
 
 API_PATHS = ("/chat/completions", "/completions", "/embeddings", "/messages", "/responses")
@@ -65,7 +67,7 @@ class Endpoint:
         self._startup_profile = profile
         self._seed = seed
         self.listener = HttpListener(self.handle, host, profile.port)
-        self.prefix_cache = PrefixCache()
+        self.prefix_cache = PromptCache(profile.prompt_cache)
         self.active = 0
         self._lock = asyncio.Lock()
         self._fault_rng = random.Random()
@@ -100,6 +102,7 @@ class Endpoint:
             new = merge_profile(self.profile, patch, f"endpoints.{self.name}")
             await self._set_refuse(new.faults.refuse)
             self.profile = new
+            self.prefix_cache.config = new.prompt_cache
             if "error_next" in (patch.get("faults") or {}):  # re-armed only when the patch names it
                 self._forced_errors = new.faults.error_next
             return new
@@ -110,6 +113,7 @@ class Endpoint:
             async with self._lock:
                 await self._set_refuse(self._startup_profile.faults.refuse)
                 self.profile = self._startup_profile
+                self.prefix_cache.config = self.profile.prompt_cache
                 self._forced_errors = self.profile.faults.error_next
 
     def reset_stats(self) -> None:
@@ -189,6 +193,12 @@ class Endpoint:
         job.cached_tokens = self.prefix_cache.lookup(job.prefixes)
         self.prefix_cache.insert(job.prefixes)
         plan = self._draw(profile)
+        # Prefill: the uncached part of the prompt at the prefill rate, the cached part faster,
+        # both at the load it joins (config.py); scaled by the same jitter as the base latency.
+        prefill = profile.prefill_s(job.prompt_tokens, job.cached_tokens, self.active)
+        if prefill:
+            jitter = plan.ttft_s / (profile.ttft_ms / 1000.0) if profile.ttft_ms > 0 else 1.0
+            plan.ttft_s += prefill * jitter
         plan.echo_key = echo_key
         if self._forced_errors > 0:
             self._forced_errors -= 1
@@ -323,7 +333,7 @@ class Endpoint:
         if job.stream:
             await self._stream(profile, job, plan, arrived, stop, conn, attempt)
         elif stop > 1:
-            await self._decode(profile, t_first, stop, None, NON_STREAM_MIN_SLEEP_S, conn)
+            await self._decode(profile, t_first, stop, None, NON_STREAM_MIN_SLEEP_S, conn, job.prompt_tokens)
         if cut:
             if plan.fault == "drop":
                 attempt.outcome = "dropped"
@@ -384,7 +394,7 @@ class Endpoint:
                 data, is_last = payload(a, b)
                 conn.write_chunk(data, last=is_last)
 
-            await self._decode(profile, t_first, stop, emit, profile.tick_ms / 1000.0, conn)
+            await self._decode(profile, t_first, stop, emit, profile.tick_ms / 1000.0, conn, job.prompt_tokens)
 
     async def _decode(
         self,
@@ -394,8 +404,10 @@ class Endpoint:
         emit: Callable[[int, int], None] | None,
         min_sleep: float,
         conn: HttpConnection,
+        context_tokens: int = 0,
     ) -> None:
-        """Let tokens 1..stop-1 become due (token 0 was due at t_first), emitting each batch."""
+        """Let tokens 1..stop-1 become due (token 0 was due at t_first), emitting each batch; the
+        rate is the profile's at the live concurrency for a prompt of `context_tokens`."""
         loop = asyncio.get_running_loop()
         sent = 1
         progress = 0.0  # token index due at `last`, integrated over the (changing) rate
@@ -406,7 +418,7 @@ class Endpoint:
             # Timers overshoot by ~1 ms; without crediting that back, a stream whose rate is close
             # to 1/tick drifts up to a token behind. Credit at most half a tick.
             late = min(max(now - target, 0.0), min_sleep / 2)
-            rate = profile.rate_at(self.active)
+            rate = profile.rate_at(self.active, context_tokens)
             progress += (now - last) * rate
             last = now
             due = min(stop, int(progress + EARLY_S * rate) + 1)

@@ -1,7 +1,9 @@
 """One endpoint's samples in one fixed time bucket: the unit telemetry is kept, merged and shared in.
 
 A `Bucket` counts attempts by outcome, sums tokens and cost, and keeps one `Sketch` each for ttft_ms,
-ttfat_ms, decode_tps and e2e_ms, plus the speed-vs-load fits (fit.py). Buckets merge and subtract
+ttfat_ms, decode_tps and e2e_ms, plus the speed-vs-load fits (fit.py) and the TTFT-vs-prompt-size fit
+(prefill.py); the input and cached tokens of turns that stayed on the endpoint holding their
+session's cache give its cache hit ratio. Buckets merge and subtract
 exactly, freeze to compressed bytes once settled, and convert to and from additive Redis hash fields
 (redis_wire.py writes them with HINCRBY/HINCRBYFLOAT). `window.py` keeps a series of them per endpoint.
 """
@@ -13,6 +15,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 
 from gateway.telemetry.fit import LoadFit
+from gateway.telemetry.prefill import PrefillFit
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.sketch import Sketch
 
@@ -25,7 +28,8 @@ ENDPOINT_FAULTS: tuple[str, ...] = (  # what error_rate counts: the endpoint's f
     Outcome.RATE_LIMITED.value,
 )
 _OK = Outcome.OK.value
-_TOKEN_FIELDS = {"in": "tok_in", "cin": "tok_cached", "out": "tok_out", "rsn": "tok_reasoning"}
+_TOKEN_FIELDS = {"in": "tok_in", "cin": "tok_cached", "out": "tok_out", "rsn": "tok_reasoning",
+                 "sin": "tok_stay_in", "scin": "tok_stay_cached"}
 
 
 def sample_time(sample: AttemptSample) -> float:
@@ -36,8 +40,8 @@ def sample_time(sample: AttemptSample) -> float:
 class Bucket:
     """Everything recorded for one endpoint in one time bucket. Additive, so mergeable exactly."""
 
-    __slots__ = ("cost", "decode_tps", "e2e_ms", "fit_tps", "fit_ttft", "n", "newest", "tok_cached", "tok_in",
-                 "tok_out", "tok_reasoning", "ttfat_ms", "ttft_ms")
+    __slots__ = ("cost", "decode_tps", "e2e_ms", "fit_prefill", "fit_tps", "fit_ttft", "n", "newest", "tok_cached",
+                 "tok_in", "tok_out", "tok_reasoning", "tok_stay_cached", "tok_stay_in", "ttfat_ms", "ttft_ms")
 
     def __init__(self) -> None:
         self.n: dict[str, int] = {}  # outcome value -> attempts
@@ -45,6 +49,8 @@ class Bucket:
         self.tok_cached = 0
         self.tok_out = 0
         self.tok_reasoning = 0
+        self.tok_stay_in = 0  # input of turns that stayed on the endpoint of their session's last turn ...
+        self.tok_stay_cached = 0  # ... and how much of it the endpoint reported cached
         self.cost = 0.0
         self.ttft_ms = Sketch()
         self.ttfat_ms = Sketch()
@@ -53,6 +59,7 @@ class Bucket:
         # Speed against load (fit.py): 1/decode rate and TTFT (s) against the load each ran under.
         self.fit_tps = LoadFit()
         self.fit_ttft = LoadFit()
+        self.fit_prefill = PrefillFit()  # TTFT (s) against uncached input tokens and load
         self.newest: float | None = None  # newest sample time (not stored in Redis fields)
 
     # -- building ------------------------------------------------------------------------------
@@ -77,6 +84,11 @@ class Bucket:
                 self.fit_tps.add(s.load, 1.0 / s.decode_tps)
         if s.ttft_s is not None:
             self.fit_ttft.add(s.load, s.ttft_s)
+            if s.input_tokens > 0:  # usage known: the prompt's size is measured, not guessed
+                self.fit_prefill.add(max(s.input_tokens - s.cached_input_tokens, 0), s.load, s.ttft_s)
+        if s.stayed and s.input_tokens > 0:
+            self.tok_stay_in += s.input_tokens
+            self.tok_stay_cached += min(s.cached_input_tokens, s.input_tokens)
         if o == _OK:
             self.e2e_ms.add(s.e2e_s * 1000.0)
         if self.newest is None or t > self.newest:
@@ -90,6 +102,8 @@ class Bucket:
         self.tok_cached += other.tok_cached
         self.tok_out += other.tok_out
         self.tok_reasoning += other.tok_reasoning
+        self.tok_stay_in += other.tok_stay_in
+        self.tok_stay_cached += other.tok_stay_cached
         self.cost += other.cost
         self.ttft_ms.merge(other.ttft_ms)
         self.ttfat_ms.merge(other.ttfat_ms)
@@ -97,6 +111,7 @@ class Bucket:
         self.e2e_ms.merge(other.e2e_ms)
         self.fit_tps.merge(other.fit_tps)
         self.fit_ttft.merge(other.fit_ttft)
+        self.fit_prefill.merge(other.fit_prefill)
         if other.newest is not None and (self.newest is None or other.newest > self.newest):
             self.newest = other.newest
 
@@ -113,6 +128,8 @@ class Bucket:
         self.tok_cached -= other.tok_cached
         self.tok_out -= other.tok_out
         self.tok_reasoning -= other.tok_reasoning
+        self.tok_stay_in -= other.tok_stay_in
+        self.tok_stay_cached -= other.tok_stay_cached
         self.cost -= other.cost
         if not n:  # nothing left: clear float residue
             self.cost = 0.0
@@ -122,12 +139,14 @@ class Bucket:
         self.e2e_ms.subtract(other.e2e_ms)
         self.fit_tps.subtract(other.fit_tps)
         self.fit_ttft.subtract(other.fit_ttft)
+        self.fit_prefill.subtract(other.fit_prefill)
 
     def copy(self) -> Bucket:
         b = Bucket()
         b.n = dict(self.n)
         b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = (
             self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning)
+        b.tok_stay_in, b.tok_stay_cached = self.tok_stay_in, self.tok_stay_cached
         b.cost = self.cost
         b.ttft_ms = self.ttft_ms.copy()
         b.ttfat_ms = self.ttfat_ms.copy()
@@ -135,6 +154,7 @@ class Bucket:
         b.e2e_ms = self.e2e_ms.copy()
         b.fit_tps = self.fit_tps.copy()
         b.fit_ttft = self.fit_ttft.copy()
+        b.fit_prefill = self.fit_prefill.copy()
         b.newest = self.newest
         return b
 
@@ -145,12 +165,13 @@ class Bucket:
             self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning, self.cost, self.newest,
             self.ttft_ms.to_state(), self.ttfat_ms.to_state(), self.decode_tps.to_state(),
             self.e2e_ms.to_state(), self.fit_tps.state(), self.fit_ttft.state(),
+            self.tok_stay_in, self.tok_stay_cached, self.fit_prefill.state(),
         )), 1)
 
     @classmethod
     def thaw(cls, blob: bytes) -> Bucket:
         (n, b_in, b_cached, b_out, b_reasoning, cost, newest, ttft, ttfat, tps, e2e, fit_tps,
-         fit_ttft) = marshal.loads(zlib.decompress(blob))
+         fit_ttft, stay_in, stay_cached, fit_prefill) = marshal.loads(zlib.decompress(blob))
         b = cls()
         b.n = dict(n)
         b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = b_in, b_cached, b_out, b_reasoning
@@ -161,6 +182,8 @@ class Bucket:
         b.e2e_ms = Sketch.from_state(e2e)
         b.fit_tps = LoadFit(*fit_tps)
         b.fit_ttft = LoadFit(*fit_ttft)
+        b.tok_stay_in, b.tok_stay_cached = stay_in, stay_cached
+        b.fit_prefill = PrefillFit(*fit_prefill)
         return b
 
     # -- reading --------------------------------------------------------------------------------
@@ -185,7 +208,7 @@ class Bucket:
         """Additive hash fields (ints for HINCRBY, floats for HINCRBYFLOAT); zeros are left out.
 
         Layout: `n:<outcome>`, `tok:in|cin|out|rsn`, `cost`, `s:<metric>:<bin>`, `sum:<metric>`,
-        `f:tps|ttft:<sum>` (fit.py).
+        `f:tps|ttft:<sum>` (fit.py), `f:pf:<sum>` (prefill.py).
         """
         out: dict[str, int | float] = {f"n:{o}": c for o, c in self.n.items() if c}
         for short, attr in _TOKEN_FIELDS.items():
@@ -198,6 +221,7 @@ class Bucket:
             out.update(getattr(self, name).to_fields(name))
         out.update(self.fit_tps.fields("tps"))
         out.update(self.fit_ttft.fields("ttft"))
+        out.update(self.fit_prefill.fields("pf"))
         return out
 
     @classmethod
@@ -225,6 +249,8 @@ class Bucket:
                 fit, _, total = rest.partition(":")
                 if fit in ("tps", "ttft"):
                     getattr(b, f"fit_{fit}").add_field(total, v)
+                elif fit == "pf":
+                    b.fit_prefill.add_field(total, v)
             elif head == "sum" and rest in METRICS:
                 getattr(b, rest).add_field("", v)
         return b

@@ -115,7 +115,7 @@ def parse_late_member(member: str) -> tuple[str, int] | None:
 
 def estimate_commands(b: Bucket) -> int:
     """Commands one bucket costs in a flush: its hash fields plus EXPIRE and directory updates."""
-    fits = 6 * ((b.fit_tps.w > 0) + (b.fit_ttft.w > 0))
+    fits = 6 * ((b.fit_tps.w > 0) + (b.fit_ttft.w > 0)) + 10 * (b.fit_prefill.w > 0)
     return len(b.n) + 6 + len(b.ttft_ms) + len(b.ttfat_ms) + len(b.decode_tps) + len(b.e2e_ms) + 4 + fits
 
 

@@ -43,6 +43,9 @@ class AttemptSample:
     # Others in flight when it ended; None where unknown. With the count at start it gives the load
     # the attempt ran under (`load`): requests that all start at once each see few at start, many after.
     in_flight_at_end: int | None = None
+    # The session's last turn was served here too: its cached tokens measure the endpoint's cache hit
+    # ratio for sessions that stay (a turn that moved cannot hit, whatever the cache).
+    stayed: bool = False
 
     @property
     def load(self) -> float:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.telemetry.fit import LoadFit
+from gateway.telemetry.prefill import PrefillFit
 
 QUANTILES: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
@@ -50,6 +51,13 @@ class TokenTotals:
     cached_input: int = 0
     output: int = 0
     reasoning: int = 0
+    stayed_input: int = 0  # input of turns that stayed on the endpoint of their session's last turn
+    stayed_cached: int = 0  # ... of which the endpoint reported cached
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Cached share of the input of sessions that stayed here; None before any stayed."""
+        return self.stayed_cached / self.stayed_input if self.stayed_input > 0 else None
 
     def to_json(self) -> dict[str, int]:
         return {"input": self.input, "cached_input": self.cached_input, "output": self.output,
@@ -68,7 +76,7 @@ class EndpointStats:
     count when the stats were computed (use `store.in_flight()` for the live value). `age_s` is the
     time since the newest sample of this endpoint (None if none is known). The EWMAs are local to
     this replica and react within a few samples. `fit_tps`/`fit_ttft` are the window's speed-vs-load
-    sums (fit.py); treat them as read-only.
+    sums (fit.py), `fit_prefill` its TTFT-vs-prompt-size sums (prefill.py); treat them as read-only.
     """
 
     window_s: float
@@ -93,6 +101,7 @@ class EndpointStats:
     # Speed against load over the window, all replicas (fit.py): 1/decode rate and TTFT (s).
     fit_tps: LoadFit | None = None
     fit_ttft: LoadFit | None = None
+    fit_prefill: PrefillFit | None = None  # TTFT against uncached input tokens and load (prefill.py)
 
     def to_json(self) -> dict[str, Any]:
         def pct(p: Percentiles | None) -> dict[str, Any] | None:
@@ -119,4 +128,16 @@ class EndpointStats:
             "ewma": {"ttft_ms": opt(self.ewma_ttft_ms), "decode_tps": opt(self.ewma_decode_tps)},
             "tokens": self.tokens.to_json(),
             "cost_usd": round(self.cost_usd, 6),
+            "prefill": self.prefill_json(),
+        }
+
+    def prefill_json(self) -> dict[str, Any]:
+        """The TTFT curve and cache figures: prefill tokens/s, base latency, queueing, cache hit ratio."""
+        line = None if self.fit_prefill is None else self.fit_prefill.line()
+        ratio = self.tokens.cache_hit_ratio
+        return {
+            "prefill_tps": None if line is None or line.prefill_tps is None else round(line.prefill_tps),
+            "base_ms": None if line is None else _r(line.base_s * 1000.0),
+            "queue_ms_per_request": None if line is None else _r(line.queue_s * 1000.0),
+            "cache_hit_ratio": None if ratio is None else round(ratio, 3),
         }

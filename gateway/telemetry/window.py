@@ -263,11 +263,13 @@ def summarize(bucket: Bucket, *, window_s: float, now: float, newest: float | No
         e2e_ms=_percentiles(bucket.e2e_ms),
         ewma_ttft_ms=ewma_ttft_ms,
         ewma_decode_tps=ewma_decode_tps,
-        tokens=TokenTotals(bucket.tok_in, bucket.tok_cached, bucket.tok_out, bucket.tok_reasoning),
+        tokens=TokenTotals(bucket.tok_in, bucket.tok_cached, bucket.tok_out, bucket.tok_reasoning,
+                           bucket.tok_stay_in, bucket.tok_stay_cached),
         cost_usd=max(0.0, bucket.cost),
         cancelled=cancelled,
         client_errors=client_errors,
         fit_tps=bucket.fit_tps.copy() if bucket.fit_tps.w else None,
         fit_ttft=bucket.fit_ttft.copy() if bucket.fit_ttft.w else None,
+        fit_prefill=bucket.fit_prefill.copy() if bucket.fit_prefill.w else None,
     )
 

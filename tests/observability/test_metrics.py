@@ -103,6 +103,20 @@ def test_in_flight_and_redis_errors_are_read_at_scrape_time(catalogue: Catalogue
     assert value(metrics, "ultraroute_redis_errors_total") == 6
 
 
+def test_queue_depth_is_both_lines_of_an_endpoint(catalogue: Catalogue) -> None:
+    """An endpoint can have a provider rate limit (shaper.py) and a `max_concurrency` (capacity.py):
+    the gauge shows everyone waiting, in either line; each wait is observed."""
+    metrics = Metrics(catalogue, lambda key: 0, lambda: 0)
+    labels = {"model": "m", "endpoint": "fw/fast", "tier": "fast"}
+    metrics.queue("m/fw/fast", 2, None)
+    metrics.queue("m/fw/fast", 3, None, line="capacity")
+    assert value(metrics, "ultraroute_queue_depth", **labels) == 5
+    metrics.queue("m/fw/fast", 1, 0.2)
+    metrics.queue("m/fw/fast", 0, 0.4, line="capacity")
+    assert value(metrics, "ultraroute_queue_depth", **labels) == 1
+    assert value(metrics, "ultraroute_queue_wait_seconds_count", **labels) == 2
+
+
 def test_fallbacks_retries_circuits_and_route_selection(catalogue: Catalogue) -> None:
     metrics = Metrics(catalogue, lambda key: 0, lambda: 0)
     fast = endpoint(catalogue, "fw/fast")

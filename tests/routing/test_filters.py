@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from gateway.context import Preferences
+from gateway.context import ChatRequest, Preferences
 from gateway.routing.filters import exclusion_reason, request_shape
 from tests.routing.helpers import catalogue, chat, endpoint
 
@@ -39,3 +39,33 @@ def test_data_collection_deny(tmp_path: Path) -> None:
     assert exclusion_reason(a, shape, deny) is None
     assert exclusion_reason(b, shape, deny) == "provider may retain data (data_collection: deny)"
     assert exclusion_reason(b, shape, Preferences(data_collection="allow")) is None
+
+
+def sized(chars: int) -> ChatRequest:
+    from dataclasses import replace
+    return replace(chat(), prompt_chars=chars)
+
+
+def test_a_cold_prompt_above_max_uncached_input_tokens_excludes_the_endpoint(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("fast", max_uncached_input_tokens=8192), endpoint("std")])
+    fast, std = cat.models["m"]
+    small, large = request_shape(sized(4 * 8000)), request_shape(sized(4 * 9000))
+    assert exclusion_reason(fast, small, Preferences()) is None
+    assert exclusion_reason(fast, large, Preferences()).startswith(
+        "cold prompt ~9216 tokens > max_uncached_input_tokens 8192")
+    assert exclusion_reason(std, large, Preferences()) is None
+
+
+def test_context_length_filters_on_the_estimated_prompt_before_the_provider_refuses(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("short", context_length=32_768), endpoint("long", context_length=200_000)])
+    short, long = cat.models["m"]
+    big = request_shape(sized(4 * 40_000))
+    assert exclusion_reason(short, big, Preferences()).startswith("context length 32768 too small")
+    assert exclusion_reason(long, big, Preferences()) is None
+
+
+def test_large_prompts_share_a_plan_within_a_few_percent_and_never_round_down() -> None:
+    sizes = [request_shape(sized(4 * n)).prompt_tokens for n in range(5_000, 60_000, 97)]
+    assert all(s >= n for s, n in zip(sizes, range(5_000, 60_000, 97), strict=True))
+    assert all(s <= n * 1.07 for s, n in zip(sizes, range(5_000, 60_000, 97), strict=True))
+    assert len(set(sizes)) < len(sizes) / 5  # a growing agent context reuses cached plans

@@ -200,7 +200,7 @@ def test_sticky_sessions(tmp_path: Path) -> None:
     r.observe(AttemptSample(served, 0.0, Outcome.OK, 200, 0.1, 0.1, 100.0, 1.0), plan.session_key)
     assert plan.session_key == "conv-1"
     assert all(r.plan(request, Preferences()).endpoints[0].key == served for _ in range(50))
-    assert r.plan(request, Preferences()).candidates[0].notes == ("sticky",)
+    assert r.plan(request, Preferences()).candidates[0].notes[0] == "sticky"
     other = chat(session_id="conv-2")
     assert {r.plan(other, Preferences()).endpoints[0].key for _ in range(50)} == {"m/a/standard", "m/b/standard"}
 

@@ -124,3 +124,33 @@ def test_streams_beyond_the_grace_end_with_an_error_event() -> None:
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+def test_shutdown_delay_keeps_refusing_for_that_long_with_nothing_in_flight() -> None:
+    """`shutdown_delay_s`: with nothing in flight, SIGTERM still answers 503 for at least that long (for
+    load balancers slow to stop sending), then exits 0. Counted in answers: without the delay the
+    process is gone after its first few."""
+    delay_s = 2.0
+    with SimProcess(make_sim_config({"a": SLOW})) as sim:
+        gw = _gateway(sim, shutdown_delay_s=delay_s).start()
+        try:
+            client = httpx.Client(base_url=gw.url, timeout=5)
+            assert client.get("/healthz").status_code == 200
+            _sigterm(gw)
+            signalled = time.monotonic()
+            statuses: list[int] = []
+            assert gw.proc is not None
+            while gw.proc.poll() is None:
+                try:
+                    statuses.append(httpx.get(f"{gw.url}/healthz", timeout=2).status_code)
+                except httpx.HTTPError:
+                    break  # the listener is closed: the process is on its way out
+                time.sleep(0.1)
+            status = gw.proc.wait(timeout=30)
+            lasted = time.monotonic() - signalled
+        finally:
+            gw.stop()
+    assert status == 0, gw.logs()[-3000:]
+    assert lasted >= delay_s  # a lower bound: a busy machine only makes it longer
+    refusing = statuses[statuses.index(503):] if 503 in statuses else []  # (a look may beat the signal)
+    assert set(refusing) == {503} and len(refusing) >= 10, statuses  # ~20 looks, 100 ms apart, all refused

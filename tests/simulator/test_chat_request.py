@@ -39,6 +39,14 @@ def test_limit_is_exact_and_counts_reasoning_first(limit: int, reasoning: int, a
         )
 
 
+def test_natural_stop_ends_under_a_roomy_limit_and_is_cut_by_a_tight_one() -> None:
+    profile = PROFILE.model_copy(update={"natural_stop": True})
+    roomy = parse({"model": "m", "messages": HELLO, "max_tokens": 40}, profile)
+    assert (len(roomy.reasoning_ids), len(roomy.answer_ids), roomy.finish_reason) == (2, 6, "stop")
+    tight = parse({"model": "m", "messages": HELLO, "max_tokens": 5}, profile)
+    assert (len(tight.reasoning_ids), len(tight.answer_ids), tight.finish_reason) == (2, 3, "length")
+
+
 def test_prefix_continues_the_same_answer() -> None:
     full = parse({"model": "m", "messages": HELLO})
     words = render(full.answer_ids)

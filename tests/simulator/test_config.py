@@ -148,3 +148,30 @@ def test_shipped_example_config_is_valid() -> None:
     config = load_sim_config(path)
     assert config.endpoints["fireworks-standard"] == EndpointProfile(port=9101)
     assert config.endpoints["flaky"].faults.drop_rate == 0.05
+
+
+def test_prefill_is_free_and_decode_ignores_context_by_default() -> None:
+    profile = EndpointProfile(port=0)
+    assert profile.prefill_s(60_000, 0, 1) == 0.0
+    assert profile.rate_at(1, 60_000) == profile.rate_at(1) == profile.tokens_per_second
+
+
+def test_prefill_prices_uncached_and_cached_tokens_at_their_rates_and_load() -> None:
+    profile = EndpointProfile(port=0, prefill_tokens_per_second=4000, cached_prefill_tokens_per_second=40_000,
+                              slowdown_per_user=0.5)
+    assert profile.prefill_s(10_000, 8_000, 1) == 2_000 / 4000 + 8_000 / 40_000
+    assert profile.prefill_s(10_000, 8_000, 3) == 2 * (2_000 / 4000 + 8_000 / 40_000)  # 1 + 0.5 x 2
+
+
+def test_decode_slows_as_the_context_grows() -> None:
+    profile = EndpointProfile(port=0, tokens_per_second=100, slowdown_per_user=0.0,
+                              decode_slowdown_per_1k_context=0.01)
+    assert profile.rate_at(1, 50_000) == 100 / 1.5
+
+
+def test_prompt_cache_is_patched_key_by_key() -> None:
+    profile = EndpointProfile(port=0, prompt_cache={"ttl_s": 300})
+    patched = merge_profile(profile, {"prompt_cache": {"max_entries": 10}, "port": 0})
+    assert (patched.prompt_cache.ttl_s, patched.prompt_cache.max_entries) == (300, 10)
+    with pytest.raises(SimConfigError, match=r"prompt_cache\.ttl_s"):
+        merge_profile(profile, {"prompt_cache": {"ttl_s": -1}})

@@ -47,6 +47,8 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
     "cap": {**FAST, "ttft_ms": 3000, "capacity": 2, "retry_after_s": 0.5},
     "long": {**FAST, "ttft_ms": 20, "tokens_per_second": 50, "output_tokens": 1000},
     "faulty": {**FAST, "ttft_ms": 20, "tokens_per_second": 1000, "output_tokens": 30},
+    "prefill": {**FAST, "ttft_ms": 10, "tokens_per_second": 5000, "output_tokens": 5,
+                "prefill_tokens_per_second": 20_000, "cached_prefill_tokens_per_second": 200_000},
 }
 HELLO = [{"role": "user", "content": "hello world"}]  # 11 chars -> ceil(11/4) + 4 = 7 prompt tokens
 
@@ -503,3 +505,18 @@ def test_prefix_continuation_completes_the_same_answer(sim: SimProcess) -> None:
     assert prefix + (rest.choices[0].message.content or "") == capped.choices[0].message.content
     assert rest.choices[0].finish_reason == "length"
     assert [a["prefix_tokens"] for a in sim.stats("prefix")["attempts"]] == [0, 40, 40, 0, 40]
+
+
+def test_ttft_adds_prefill_of_the_uncached_prompt_and_reports_cached_tokens(sim: SimProcess) -> None:
+    client = sdk(sim, "prefill")
+    first = [{"role": "system", "content": "s" * 4000}, {"role": "user", "content": "u" * 400}]
+    cold = client.chat.completions.create(model="m", messages=first)
+    assert cold.usage is not None and cold.usage.prompt_tokens == 1108  # 4400/4 + 2 x 4
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    second = [*first, {"role": "assistant", "content": "a" * 40}, {"role": "user", "content": "v" * 400}]
+    warm = client.chat.completions.create(model="m", messages=second)
+    assert warm.usage is not None and warm.usage.prompt_tokens_details.cached_tokens == 1108
+    planned = [a["ttft_ms"] for a in sim.stats("prefill")["attempts"]]
+    # The simulator's own planned TTFT (no jitter): base + uncached / 20k + cached / 200k, in ms.
+    assert planned[0] == pytest.approx(10 + 1108 / 20)
+    assert planned[1] == pytest.approx(10 + (warm.usage.prompt_tokens - 1108) / 20 + 1108 / 200)

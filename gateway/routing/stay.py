@@ -1,0 +1,100 @@
+"""Whether a conversation's turn stays on the endpoint holding its prompt cache: the numbers for
+`sticky.stay_or_move`, from the router's ranking and live scores.
+
+Per request with a known holder (sticky.py): how much of the prompt it likely holds (its last turn's
+input x its measured cache hit ratio for sessions that stayed; until measured, 1 where its price has a
+cached-input discount, else 0: `likely_hit`), what one uncached
+prompt token costs it in TTFT (its fitted prefill rate, else advertised, else a GPU host's), what share
+of the bill the cached price saves, and how much slower than the best other candidate it is predicted
+to be, both judged cold, by the request's sort: the live score for `throughput` and `e2e` (load now),
+TTFT for `latency` (the cached ranking's figures), and for `price` the cost alone (the holder's with its
+cached input against the others' cold). Without a sort, an agent-sized prompt is judged as `e2e`; a
+small one stays by rule (router.py).
+
+Nothing here does I/O; the router calls `judge_stay` only for a request whose session has a holder.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gateway.config import Endpoint
+from gateway.context import Candidate
+from gateway.policy import Sort
+from gateway.routing.figures import Figures, estimated_cost, with_prediction
+from gateway.routing.speed import Curve
+from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, stay_or_move
+from gateway.telemetry.stats import EndpointStats
+
+if TYPE_CHECKING:
+    from gateway.routing.router import Router, _Ranked, _Scored
+
+
+def likely_hit(endpoint: Endpoint, stats: EndpointStats) -> float:
+    """The share of a staying session's prompt this endpoint will have cached: as measured, else 1 where
+    its price has a cached-input discount (it caches), else 0 (a host that prices no cache keeps none)."""
+    ratio = stats.tokens.cache_hit_ratio
+    if ratio is not None:
+        return ratio
+    price = endpoint.price
+    return 1.0 if price is not None and price.cached_input is not None and price.cached_input < price.input else 0.0
+
+
+def cache_credit(endpoint: Endpoint, stats: EndpointStats, curve: Curve, prompt_tokens: int) -> float:
+    """Seconds the cache this prompt builds here will save the session's next turn, if it stays: the
+    live choice of an agent-sized prompt subtracts it from each candidate's time, as an oracle that
+    knows caches values where a session's next turns will be cheap, not only this turn's time."""
+    return prompt_tokens * likely_hit(endpoint, stats) * (curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN)
+
+
+def judge_stay(router: Router, ranked: _Ranked, c: Candidate, holder: Holder,
+               scored: list[_Scored] | None) -> tuple[Verdict, Figures | None]:
+    """The verdict, and the holder's figures predicted with its cache (None where not re-predicted)."""
+    key = c.endpoint.key
+    stats = ranked.stats[key]
+    hit = likely_hit(c.endpoint, stats)
+    prompt = ranked.prompt_tokens
+    cached = int(min(holder.input_tokens, prompt) * hit)
+    max_tokens = ranked.n_tokens
+    cold_cost = estimated_cost(c.endpoint, prompt, max_tokens, stats)
+    warm_cost = estimated_cost(c.endpoint, prompt, max_tokens, stats, cached)
+    saved_share = 0.0 if not cold_cost or warm_cost is None else (cold_cost - warm_cost) / cold_cost
+    near = router.settings.near_equal
+    if ranked.sort is Sort.PRICE:
+        costs = [o.figures.cost_usd for o in ranked.lead if o is not c and o.figures.cost_usd is not None]
+        best = min(costs, default=math.inf)
+        if warm_cost is None or warm_cost <= best * (1.0 + near):
+            return Verdict(True, f"stays: cached input saves {saved_share:.0%} of the bill"), None
+        return Verdict(False, "moves: cheaper elsewhere even with its cache"), None
+    curve = ranked.curves.get(key)
+    if curve is None:  # not one of the live heads: built once per ranking, kept beside them
+        curve = ranked.curves[key] = router._curve(c.endpoint, stats)
+    s_per_token = curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN
+    in_flight = router.telemetry.in_flight(key)
+    if scored is not None:  # throughput, e2e: the live scores, load as of now
+        own = next((s[0] for s in scored if s[4].endpoint.key == key), None)
+        if own is None:
+            p = curve.predict(in_flight, max_tokens, None, prompt)
+            own = p.e2e_s if ranked.sort is Sort.E2E and not math.isinf(p.clean_s) else p.score_s
+        best = min((s[0] for s in scored if s[4].endpoint.key != key), default=math.inf)
+    else:
+        def metric(f: Figures) -> float:
+            if ranked.sort is Sort.LATENCY:
+                return math.inf if f.ttft_ms is None else f.ttft_ms / 1000.0
+            return math.inf if f.e2e_s is None else f.e2e_s
+
+        own = metric(c.figures)
+        best = min((metric(o.figures) for o in ranked.lead if o is not c), default=math.inf)
+    if math.isinf(own) and not math.isinf(best):
+        return Verdict(False, "moves: holder full or unmeasured"), None
+    extra = -math.inf if math.isinf(best) else own - best
+    tolerance = 0.0 if math.isinf(best) else near * best
+    verdict = stay_or_move(extra, cached, s_per_token, saved_share, tolerance)
+    if not verdict.stay:
+        return verdict, None
+    warm = curve.predict(in_flight, max_tokens, None, max(prompt - cached, 0))
+    figures = with_prediction(c.figures, warm)
+    return verdict, Figures(figures.decode_tps, figures.ttft_ms, warm_cost, figures.in_flight, figures.samples,
+                            figures.source, figures.load, figures.e2e_s, figures.marginal_s, figures.score_s,
+                            figures.capacity)
