@@ -183,6 +183,8 @@ class Dispatcher:
             if remaining <= 0:
                 break
             hedge = queue[0] if hedge_after_ms is not None and not attempts and queue else None
+            if hedge is not None and request.untranslatable is not None and not passes_through(request, hedge):
+                hedge = None  # it would be sent the translation the request cannot have
             try:
                 if hedge is None:
                     stream, started_at, in_flight = await self._attempt_endpoint(

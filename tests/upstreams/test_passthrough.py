@@ -134,6 +134,10 @@ def test_forcing_a_server_tool_is_served_by_an_anthropic_endpoint_and_refused_by
     first_open = {"speed": "fast", "provider": {"order": ["open", "claude-fast"]}}
     raw = claude(gw).messages.with_raw_response.create(model="c", **ask, extra_body=first_open)  # type: ignore[call-overload]
     assert raw.headers["x-ultraroute-endpoint"] == "claude-fast"
+    # Nor is it hedged there: claude-fast's first token takes longer than the hedge waits.
+    hedged = {"speed": "fast", "provider": {"order": ["claude-fast", "open"], "hedge_after_ms": 1}}
+    raw = claude(gw).messages.with_raw_response.create(model="c", **ask, extra_body=hedged)  # type: ignore[call-overload]
+    assert raw.headers["x-ultraroute-endpoint"] == "claude-fast"
     assert not [r for r in sim.requests("open") if r["path"] == "/chat/completions"]
 
 
