@@ -136,6 +136,7 @@ class AccessLog:
             "endpoint": endpoint.id,
             "provider": endpoint.provider.name,
             "tier": endpoint.tier.value,
+            "served_tier": served.stream.served_tier,  # as the provider reported it (None: it did not)
             "attempts": len(served.attempts) + 1,
             "fallback": [{"endpoint": endpoint_id, "reason": reason} for endpoint_id, reason in hops],
             "status": status,

@@ -348,7 +348,11 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         ctx = await pipeline.plan_request(request, services_of(request), request.scope["state"]["request_id"],
                                            admit=False)
         assert ctx.plan is not None
-        return JSONResponse(plan_json(ctx.plan))
+        plan = plan_json(ctx.plan)
+        health = services_of(request).health  # candidates health keeps out now (dispatch skips them), and why
+        plan["demoted"] = [{"endpoint": c.endpoint.id, "reason": reason} for c in ctx.plan.candidates
+                           if (reason := health.reason(c.endpoint.key)) is not None]
+        return JSONResponse(plan)
 
     @app.get("/v1/models", responses=error_responses(401, 503))
     async def models(request: Request) -> JSONResponse:

@@ -1,6 +1,7 @@
 """One attempt at one endpoint, up to its first token: the body sent, the request, the status, the gate.
 
-`open_attempt()` sends the request (always streaming, with usage: `upstream_body()`), turns a non-200
+`open_attempt()` sends the request (always streaming, with usage: `upstreams.outgoing()` makes it in
+the API the endpoint's provider speaks), turns a non-200
 answer into the `UpstreamError` it means (`Retry-After` kept, the provider's text redacted, a refused
 key reported as misconfiguration), and passes the first-chunk gate within the first-token budget.
 `outcome_of()` names what a failed attempt was, for telemetry. Which endpoint to try, and what to do
@@ -17,53 +18,21 @@ import orjson
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
 from gateway.errors import GatewayError, UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.retry import rate_limit_exhausted, retry_after
+from gateway.retry import anthropic_limit_exhausted, rate_limit_exhausted, retry_after
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
 from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
-from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
+from gateway.upstream_stream import Meter, StreamBroken, TranslatedStream, UpstreamStream
+from gateway.upstreams import Outgoing, dropped_for, outgoing
+from gateway.upstreams.openai_chat import UPSTREAM_PATHS
+from gateway.upstreams.openai_chat import chat_body as upstream_body
+
+__all__ = ["UPSTREAM_PATHS", "dropped_for", "open_attempt", "outcome_of", "outgoing", "prompt_estimate",
+           "upstream_body"]
 
 _MAX_ERROR_BODY = 64 * 1024
-
-
-# Where each upstream API lives under a provider's base URL.
-UPSTREAM_PATHS = {"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"}
-
-
-def dropped_for(request: ChatRequest, endpoint: Endpoint) -> tuple[str, ...]:
-    """The client API fields this endpoint does not get: what the adapter dropped for every upstream,
-    then the fields kept only for endpoints with a capability this one lacks (`x-ultraroute-dropped`)."""
-    if not request.capability_fields:
-        return request.dropped
-    lacking = tuple(name for _, capability, name in request.capability_fields
-                    if capability not in endpoint.capabilities and name not in request.dropped)
-    return request.dropped + lacking
-
-
-def _remove(body: dict[str, Any], key: str) -> None:
-    """Remove a body field, or, as `messages.<field>`, that field of every message (e.g. the
-    `reasoning_content` of earlier assistant turns). The messages are copied: the request's own body
-    stays whole for the next endpoint."""
-    if key.startswith("messages."):
-        name = key.removeprefix("messages.")
-        body["messages"] = [{k: v for k, v in m.items() if k != name} if name in m else m for m in body["messages"]]
-    else:
-        body.pop(key, None)
-
-
-def upstream_body(request: ChatRequest, endpoint: Endpoint) -> bytes:
-    body = {**request.body, **endpoint.extra_body} if endpoint.extra_body else dict(request.body)
-    for key, capability, _ in request.capability_fields:
-        if capability not in endpoint.capabilities:
-            _remove(body, key)
-    body["model"] = endpoint.upstream_model
-    if request.upstream == "embeddings":
-        return orjson.dumps(body)  # one JSON answer: only its latency is measured
-    body["stream"] = True  # always: so time to first token and decode rate are measured for every request
-    if endpoint.stream_usage:  # else it would be ignored (or refused): the relay estimates usage
-        body["stream_options"] = {**(request.body.get("stream_options") or {}), "include_usage": True}
-    return orjson.dumps(body)
+OVERLOADED = 529  # Anthropic's "overloaded": fails over as a 503 does
 
 
 def prompt_estimate(request: ChatRequest) -> int:
@@ -94,7 +63,7 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
         pass
     finally:
         await response.aclose()
-    status = response.status_code
+    status = 503 if response.status_code == OVERLOADED else response.status_code
     error: Any = None
     with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
         error = orjson.loads(raw).get("error")
@@ -107,7 +76,7 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
     return UpstreamError(message, status=status, body=body, retry_after_s=retry_after(response.headers))
 
 
-async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, meter: Meter, budget_s: float,
+async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing, meter: Meter, budget_s: float,
                        stall_s: float, lag: LoopLag | None = None, upstream: str = "chat",
                        streaming: bool = False) -> UpstreamStream:
     """Send, check the status, and pass the first-chunk gate, all within the first-token budget:
@@ -117,7 +86,7 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, me
     budget = Budget(budget_s, lag)
     try:
         with budget.timeout():
-            response = await upstreams.open(endpoint, body, UPSTREAM_PATHS[upstream])
+            response = await upstreams.open(endpoint, body.body, body.path, body.headers)
     except CONNECT_ERRORS as exc:  # before TimeoutError: aiohttp's connect timeout is one
         message = f"cannot connect to {endpoint.provider.name}: {type(exc).__name__}"
         raise UpstreamUnreachable(message) from None
@@ -129,9 +98,13 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: bytes, me
         raise UpstreamError(f"{endpoint.provider.name} failed: {type(exc).__name__}", status=502) from None
     if response.status_code != 200:
         raise await _error_from_response(response, endpoint)
-    stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
-                            first_token_early=streaming)
-    stream.exhausted_for_s = rate_limit_exhausted(response.headers)
+    if body.translator is None:
+        stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
+                                first_token_early=streaming)
+        stream.exhausted_for_s = rate_limit_exhausted(response.headers)
+    else:
+        stream = TranslatedStream(endpoint, response, meter, stall_s, lag, translator=body.translator())
+        stream.exhausted_for_s = anthropic_limit_exhausted(response.headers)
     try:
         await stream.open_gate(budget)
     except BaseException:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +40,10 @@ Capability = Literal["tools", "response_format", "reasoning", "assistant_prefix"
 # The upstream APIs an endpoint serves. Responses and Anthropic Messages requests are translated to
 # chat completions, so any `chat` endpoint serves them; only these three are ever called upstream.
 UpstreamApi = Literal["chat", "completions", "embeddings"]
+# The wire API a provider speaks (gateway/upstreams/): OpenAI chat completions (and its legacy
+# completions and embeddings), Anthropic Messages, or OpenAI Responses. The gateway appends
+# /chat/completions, /messages or /responses to the provider's base_url.
+ProviderApi = Literal["openai", "anthropic", "openai-responses"]
 
 
 class _Frozen(BaseModel):
@@ -60,8 +64,12 @@ class PriceFile(_Frozen):
     """USD per 1M tokens."""
 
     input: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # cache reads (Anthropic's cache_read_input_tokens)
     output: float = Field(ge=0)
+    # Anthropic's prompt-cache writes (cache_creation_input_tokens): 5-minute and 1-hour lifetimes.
+    # Unset: charged as input (cache_write_1h: at cache_write).
+    cache_write: float | None = Field(default=None, ge=0)
+    cache_write_1h: float | None = Field(default=None, ge=0)
     long_context: LongContextPrice | None = None
 
     def rates(self, input_tokens: int) -> tuple[float, float, float]:
@@ -78,6 +86,14 @@ class PriceFile(_Frozen):
         price_in, price_cached, price_out = self.rates(input_tokens)
         cached = min(max(cached_tokens, 0), input_tokens)
         return ((input_tokens - cached) * price_in + cached * price_cached + output_tokens * price_out) / 1e6
+
+    def cache_write_cost(self, input_tokens: int, written_5m: int, written_1h: int) -> float:
+        """USD a prompt-cache write costs beyond the input price those tokens were charged in `cost`:
+        at `cache_write` (5-minute) / `cache_write_1h` (1-hour); unset, as input (1h: as cache_write)."""
+        price_in = self.rates(input_tokens)[0]
+        write = self.cache_write if self.cache_write is not None else price_in
+        write_1h = self.cache_write_1h if self.cache_write_1h is not None else write
+        return (written_5m * (write - price_in) + written_1h * (write_1h - price_in)) / 1e6
 
 
 class AdvertisedFile(_Frozen):
@@ -110,7 +126,8 @@ class RateLimitsFile(_Frozen):
 
 
 class ProviderFile(_Frozen):
-    base_url: str = Field(pattern=r"^https?://")
+    base_url: str = Field(pattern=r"^https?://")  # the API root, /v1 included
+    api: ProviderApi = "openai"
     api_key_env: str | None = None  # the NAME of an environment variable; never the key itself
     region: str = "global"
     data_collection: Literal["allow", "deny"] = "deny"
@@ -146,6 +163,9 @@ class EndpointFile(_Frozen):
     # Which upstream APIs it serves. Only chat by default: many hosts have no /completions or
     # /embeddings, and a wrong guess would cost the client a provider's 404 instead of another endpoint.
     apis: frozenset[UpstreamApi] = Field(default=frozenset({"chat"}), min_length=1)
+    # The provider's speed tier to ask for: Anthropic's `speed` ("fast": with its beta header),
+    # OpenAI's `service_tier` ("priority", "flex", ...). What served is read from every answer.
+    service_tier: str | None = Field(default=None, min_length=1, max_length=64)
 
     @model_validator(mode="after")
     def _one_pricing_kind(self) -> EndpointFile:
@@ -262,6 +282,7 @@ class Provider:
     max_keepalive_connections: int
     connect_timeout_s: float
     rate_limits: RateLimitsFile | None = None
+    api: str = "openai"  # the wire API it speaks (ProviderApi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +310,15 @@ class Endpoint:
     stream_usage: bool = True
     apis: frozenset[str] = frozenset({"chat"})  # the upstream APIs it serves
     max_uncached_input_tokens: int | None = None
+    service_tier: str | None = None  # the provider's speed tier asked for (EndpointFile.service_tier)
+    # Price per service tier of the same provider and upstream model, as the catalogue lists them:
+    # an answer is charged at the tier that served. Empty unless the catalogue lists several.
+    tier_prices: Mapping[str, PriceFile] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        """The wire API its provider speaks: openai, anthropic or openai-responses."""
+        return self.provider.api
 
     @property
     def available(self) -> bool:
@@ -366,6 +396,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
             max_keepalive_connections=p.max_keepalive_connections,
             connect_timeout_s=p.connect_timeout_s,
             rate_limits=p.rate_limits,
+            api=p.api,
         )
 
     models: dict[str, tuple[Endpoint, ...]] = {}
@@ -384,6 +415,10 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                 problems.append(f"{where}.id: '{endpoint_id}' is not unique within the model; set `id`")
                 continue
             seen.add(endpoint_id)
+            if provider.api != "openai" and e.apis != {"chat"}:
+                # Legacy completions and embeddings exist only in OpenAI's own API.
+                problems.append(f"{where}.apis: a provider with api '{provider.api}' serves chat only")
+                continue
             endpoints.append(
                 Endpoint(
                     key=f"{model_name}/{endpoint_id}",
@@ -406,6 +441,7 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
                     first_token_budget_s=e.first_token_budget_s,
                     stream_usage=e.stream_usage,
                     apis=frozenset(e.apis),
+                    service_tier=e.service_tier,
                     max_uncached_input_tokens=e.max_uncached_input_tokens,
                 )
             )
@@ -416,7 +452,27 @@ def build_catalogue(file: CatalogueFile, source: str, env: Mapping[str, str]) ->
             aliases[alias] = model_name
     if problems:
         raise ConfigError("\n".join(problems))
-    return Catalogue(models=models, aliases=aliases, providers=providers)
+    return Catalogue(models=_with_tier_prices(models), aliases=aliases, providers=providers)
+
+
+# The tier a provider reports when none was asked for.
+DEFAULT_SERVICE_TIER = {"anthropic": "standard", "openai": "default", "openai-responses": "default"}
+
+
+def served_tier_name(endpoint: Endpoint) -> str:
+    return endpoint.service_tier or DEFAULT_SERVICE_TIER[endpoint.provider.api]
+
+
+def _with_tier_prices(models: dict[str, tuple[Endpoint, ...]]) -> dict[str, tuple[Endpoint, ...]]:
+    """Each endpoint told the prices of its provider's other service tiers of the same model."""
+    prices: dict[tuple[str, str], dict[str, PriceFile]] = {}
+    for endpoints in models.values():
+        for e in endpoints:
+            if e.price is not None:
+                prices.setdefault((e.provider.name, e.upstream_model), {})[served_tier_name(e)] = e.price
+    return {name: tuple(replace(e, tier_prices=prices[(e.provider.name, e.upstream_model)])
+                        if len(prices.get((e.provider.name, e.upstream_model), ())) > 1 else e for e in endpoints)
+            for name, endpoints in models.items()}
 
 
 def load_catalogue(path: Path, env: Mapping[str, str] | None = None) -> tuple[Catalogue, GatewayFile]:

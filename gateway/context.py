@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.access.keys import ApiKey
 from gateway.config import Endpoint
+from gateway.errors import InvalidRequest
 from gateway.policy import PercentileThreshold, ProviderOptions, Sort, Speed
 from gateway.routing.figures import Figures
 from gateway.telemetry.sample import Outcome
@@ -54,6 +55,13 @@ class ChatRequest:
     # called them: (body key, capability, client field), e.g. ("reasoning_effort", "reasoning", "thinking");
     # a key `messages.<field>` is that field of every message (`reasoning_content` of earlier turns).
     capability_fields: tuple[tuple[str, str, str], ...] = ()
+    # The client's body as sent (Messages, Responses) and its `anthropic-beta` header: what an
+    # endpoint speaking the same API is passed (gateway/upstreams/), untranslated.
+    client_body: dict[str, Any] | None = None
+    client_betas: str | None = None
+    # What the translation cannot honour (an errors.Untranslatable), kept instead of raised: only an
+    # endpoint passed the client body as sent can serve it (dispatch.py).
+    untranslatable: InvalidRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)

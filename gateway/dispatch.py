@@ -8,9 +8,11 @@ budget -- once, or twice where `retry.py` says a second try at the same endpoint
 client error returns at once; a "this model cannot take it" error (context length: only larger
 windows; an unsupported parameter) moves on, to this model's next endpoint or the next model;
 anything else moves on to the next candidate. Before the loop leaves a model, an endpoint of it that
-answered 429 "come back in a moment" is waited for and tried once more (retry.py decides). Every
-attempt, failed or not, is recorded. When the plan runs out, `AllCandidatesFailed` carries every
-failure. `probe()` is the one attempt made outside any request: the background health probe.
+answered 429 "come back in a moment" is waited for and tried once more (retry.py decides). A
+request whose translation cannot be honoured (`ChatRequest.untranslatable`) is tried only at
+endpoints passed its body as sent (skipped: untranslatable). Every attempt, failed or not, is
+recorded. When the plan runs out, `AllCandidatesFailed` carries every failure. `probe()` is the
+one attempt made outside any request: the background health probe.
 
 Nothing reaches the client before the gate opens, so failover is invisible to it. Relaying and
 recording the served attempt are the relay's and the pipeline's job.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.attempt import open_attempt, outcome_of, prompt_estimate, upstream_body
+from gateway.attempt import open_attempt, outcome_of, outgoing, prompt_estimate
 from gateway.config import Endpoint
 from gateway.context import Attempt, ChatRequest, Plan
 from gateway.errors import (
@@ -53,6 +55,7 @@ from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstream import Upstreams
 from gateway.upstream_stream import Meter, UpstreamStream
+from gateway.upstreams import passes_through
 
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 # A probe that measures a decode rate (warm_up.py) asks for a long answer and is cut at its max_tokens.
@@ -145,6 +148,8 @@ class Dispatcher:
         at the next candidate; the first to produce a token serves and the other is cancelled.
         Before leaving a model for the next one in `models`, an endpoint of it that answered 429
         "come back in a moment" is waited for and tried once more (see retry.py)."""
+        if request.untranslatable is not None and not any(passes_through(request, e) for e in plan.endpoints):
+            raise request.untranslatable  # only an endpoint passed the body as sent could serve it
         attempts: list[Attempt] = []
         failures: list[tuple[str, GatewayError]] = []
         skips: list[Skip] = []
@@ -165,6 +170,9 @@ class Dispatcher:
             endpoint = queue.popleft()
             if endpoint.key in hedged or _too_small(endpoint, too_long):
                 continue
+            if request.untranslatable is not None and not passes_through(request, endpoint):
+                skips.append(Skip(endpoint.id, endpoint.tier.value, "untranslatable"))
+                continue
             blocked = self.health.blocked(endpoint)
             if blocked is not None:
                 skips.append(Skip(endpoint.id, endpoint.tier.value, blocked))
@@ -175,6 +183,8 @@ class Dispatcher:
             if remaining <= 0:
                 break
             hedge = queue[0] if hedge_after_ms is not None and not attempts and queue else None
+            if hedge is not None and request.untranslatable is not None and not passes_through(request, hedge):
+                hedge = None  # it would be sent the translation the request cannot have
             try:
                 if hedge is None:
                     stream, started_at, in_flight = await self._attempt_endpoint(
@@ -276,7 +286,7 @@ class Dispatcher:
                                 attempts: list[Attempt], budget_s: float,
                                 has_alternatives: bool) -> tuple[UpstreamStream, float, int]:
         """One endpoint, once or twice (see retry.py). Records every attempt; raises the last failure."""
-        body = upstream_body(request, endpoint)
+        body = outgoing(request, endpoint)
         on_retry = None if self.on_retry is None else (lambda err: self.on_retry(endpoint, err))  # type: ignore[misc]
         async for attempt in retry_attempts(endpoint.key, self.budget, on_retry, self._mostly_works):
             with attempt:
@@ -344,7 +354,7 @@ class Dispatcher:
         started_at = time.time()
         in_flight = self.telemetry.in_flight(endpoint.key)
         try:
-            stream = await open_attempt(self.upstreams, endpoint, upstream_body(request, endpoint), meter,
+            stream = await open_attempt(self.upstreams, endpoint, outgoing(request, endpoint), meter,
                                  self.first_token_budget(endpoint), self.limits.stall_timeout_s)
             try:
                 async for _ in stream.batches():

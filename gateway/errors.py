@@ -2,7 +2,9 @@
 
     GatewayError                      status  type                    retryable
     ├── InvalidRequest                400     invalid_request_error   no
-    │   └── PayloadTooLarge           413     invalid_request_error   no
+    │   ├── PayloadTooLarge           413     invalid_request_error   no
+    │   └── Untranslatable            400     invalid_request_error   no   (valid in the client's API, but a
+    │                                                                       translation cannot carry it)
     ├── AuthenticationFailed          401     invalid_request_error   no   (missing_api_key, invalid_api_key)
     ├── PermissionDenied              403     invalid_request_error   no   (model_not_allowed, ...)
     ├── RateLimited                   429     requests | tokens       yes  (rate_limit_exceeded, retry-after)
@@ -75,6 +77,13 @@ class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"
     metric_label = "payload_too_large"
+
+
+class Untranslatable(InvalidRequest):
+    """A request its own API allows, that a translation into another API cannot honour (a
+    `tool_choice` forcing a server tool, say). The adapter keeps it on the request instead of raising
+    (`ChatRequest.untranslatable`): an endpoint that is passed the body as sent takes it; only the
+    endpoints that need the translation are passed over, and with none left it is the answer."""
 
 
 class ClientClosed(GatewayError):

@@ -2,7 +2,8 @@
 
 `HealthBoard.blocked(endpoint)` answers, per attempt, whether an endpoint may be tried now and if
 not why: `circuit_open`, `cooldown` (a 429 said when to come back), `slo` (it answers, but slower
-than its tier promises), `misconfigured` (the provider refused our key). The dispatcher skips a
+than its tier promises), `downgraded` (its answers keep reporting another tier than its
+`service_tier` asked for), `misconfigured` (the provider refused our key). The dispatcher skips a
 blocked endpoint without an attempt and names the reason in the fallback header.
 
 Breaker: `failure_threshold` consecutive failures, or an error rate above `error_rate_threshold`
@@ -36,6 +37,9 @@ log = logging.getLogger("ultraroute.health")
 FAILURES = frozenset({Outcome.SERVER_ERROR, Outcome.TIMEOUT, Outcome.CONNECT_ERROR})
 SLO_ALPHA = 0.3
 SLO_MIN_SAMPLES = 3
+# Answers in a row from another tier than the endpoint's service_tier asked for (a silent downgrade)
+# that demote it: it is not the premium tier it is ranked as.
+DOWNGRADES_TO_DEMOTE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ class _State:
     ewma_ttft_ms: float | None = None
     ewma_tps: float | None = None
     slo_samples: int = 0
+    downgrades: int = 0  # answers in a row served at another tier than asked
 
 
 def _unavailable(state: _State, now: float) -> str | None:
@@ -140,6 +145,24 @@ class HealthBoard:
             self._open(endpoint, state, "slo")
         elif state.open_until and was_probe:
             self._close(endpoint, state)
+
+    def served_tier(self, endpoint: Endpoint, downgraded: bool) -> None:
+        """The provider said which tier served an answer: the one asked for, or another
+        (`downgraded`). After DOWNGRADES_TO_DEMOTE downgrades in a row the endpoint is demoted like
+        an SLO breach (reason `downgraded`); its half-open request after `open_s` is judged again."""
+        state = self._state(endpoint.key)
+        if not downgraded:
+            state.downgrades = 0
+            return
+        state.downgrades += 1
+        if state.downgrades >= DOWNGRADES_TO_DEMOTE and not state.open_until:
+            self._open(endpoint, state, "downgraded")
+
+    def reason(self, endpoint_key: str) -> str | None:
+        """Why health keeps this endpoint from being tried now (None: it does not), asked without
+        taking a half-open probe's turn: what `/v1/route` shows."""
+        state = self._states.get(endpoint_key)
+        return None if state is None else _unavailable(state, self._clock())
 
     def cool_down(self, endpoint: Endpoint, seconds: float) -> None:
         """A 429 (or `x-ratelimit-remaining-*: 0`) said when to come back."""

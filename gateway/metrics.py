@@ -166,6 +166,10 @@ class Metrics:
         self._lag = Histogram("ultraroute_event_loop_lag_seconds", "How late this process's event loop ran "
                               "a timer (sampled every 50 ms): the gateway's own queueing, excluded from "
                               "upstream budgets.", buckets=LAG_BUCKETS, registry=r)
+        self._tier_mismatch = Counter("ultraroute_served_tier_mismatch", "Answers whose provider reported "
+                                      "another tier than the endpoint's service_tier asked for (Anthropic "
+                                      "usage.speed, OpenAI service_tier): a silent downgrade.",
+                                      ["endpoint", "asked", "served"], registry=r)
         self._overloaded = Counter("ultraroute_overloaded", "Requests refused with 503 overloaded: this process "
                                    "was at gateway.max_in_flight.", registry=r)
         self._queue_depth = Gauge("ultraroute_queue_depth", "Requests waiting for their turn at an endpoint "
@@ -237,6 +241,9 @@ class Metrics:
 
     def fallback(self, from_tier: str, to_tier: str, reason: str) -> None:
         self._fallbacks.labels(from_tier, to_tier, _reason(reason)).inc()
+
+    def served_tier_mismatch(self, endpoint: Endpoint, asked: str, served: str) -> None:
+        self._tier_mismatch.labels(endpoint.key, _reason(asked), _reason(served)).inc()
 
     def retry(self, endpoint: Endpoint, reason: str) -> None:
         self._retries.labels(endpoint.model, endpoint.id, endpoint.tier.value, _reason(reason)).inc()

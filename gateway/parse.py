@@ -245,10 +245,13 @@ def chat_request_from(
     body: dict[str, Any], headers: Mapping[str, str], request_id: str, limits: GatewayFile, *,
     api: str = "chat", upstream: str = "chat", prompt_chars: int | None = None, origin: Any = None,
     dropped: tuple[str, ...] = (), capability_fields: tuple[tuple[str, str, str], ...] = (),
+    client_body: dict[str, Any] | None = None, client_betas: str | None = None,
+    untranslatable: InvalidRequest | None = None,
 ) -> ChatRequest:
     """A `ChatRequest` from a parsed body in the upstream API's shape (`upstream`: chat, completions or
     embeddings). Client APIs other than chat translate their body first (`gateway/apis/`) and pass
-    their own parsed request as `origin`, and the prompt size when the body has no `messages`."""
+    their own parsed request as `origin`, and the prompt size when the body has no `messages`; and
+    the body as sent (`client_body`), for an endpoint that speaks their API (gateway/upstreams/)."""
     model = check_model(body)
     if prompt_chars is None:
         prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
@@ -310,4 +313,7 @@ def chat_request_from(
         origin=origin,
         dropped=dropped,
         capability_fields=capability_fields,
+        client_body=client_body,
+        client_betas=client_betas,
+        untranslatable=untranslatable,
     )

@@ -6,9 +6,12 @@
                   + recall: a stored conversation it continues        chat's is parse.py; sessions/)
     2. resolve    body > headers > model suffix > named policy > key's policy > default -> Preferences
     3. select     catalogue + live stats -> Plan: ordered candidates  (routing/)
-    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py)
+    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py), each asked in
+                  the API its provider speaks, its stream read as chat chunks  (upstreams/)
     5. relay      stream it to the client, or assemble the JSON       (relay.py), rendered in the
                   client API's shape: its JSON or its stream events   (apis/: render_json, stream_renderer)
+                  -- or, same API in and out, the upstream's own events and
+                  answer, passed through                              (upstreams/passthrough.py)
     6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
                   then the adapter's `after` (a Responses answer with `store: true` is stored)
 
@@ -49,6 +52,7 @@ from gateway.services import Services
 from gateway.sse import encode_event
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstream_stream import UpstreamStream
+from gateway.upstreams.passthrough import NativeAnswer, PassThrough
 
 CHAT = ChatApi()
 
@@ -122,8 +126,17 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     else:
         outcome, status = (Outcome.OK if broke is None else outcome_of(broke)), 200
     session_key = ctx.plan.session_key if ctx.plan else None
+    tier, asked = stream.served_tier, stream.endpoint.service_tier
+    if tier is not None:
+        stream.meter.served_tier = tier  # priced at the tier that served
+        if asked == "auto":
+            asked = None  # OpenAI's "auto" leaves the tier to OpenAI: no tier was asked to compare with
+        if asked is not None and tier != asked:
+            services.metrics.served_tier_mismatch(stream.endpoint, asked, tier)
     sample = services.recorder.record(stream.endpoint, stream.meter, outcome, status, served.started_at,
                                       served.in_flight_at_start, session_key)
+    if tier is not None and asked is not None:  # after record: a half-open request is judged here too
+        services.health.served_tier(stream.endpoint, tier != asked)
     services.access.charge(ctx.client, sample.input_tokens + sample.output_tokens, sample.cost_usd)
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
@@ -158,8 +171,10 @@ class Serving:
         """Continue after `text` (`delivered` tokens so far, of every stream), or end the answer when
         nothing is left of max_tokens; None when it cannot be continued (the request ends in error)."""
         assert self.ctx.plan is not None
-        # Continuing after a prefix is a chat-completions feature; a legacy completion cannot.
-        if not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat":
+        # Continuing after a prefix is a chat-completions feature; a legacy completion cannot, nor can
+        # a pass-through answer (the client has the upstream's own events).
+        if (not self.ctx.preferences.mid_stream_recovery or self.ctx.request.upstream != "chat"
+                or broken.native is not None):
             return None
         await broken.aclose()
         limit = completion_limit(self.ctx.request.body)
@@ -232,12 +247,13 @@ async def _render_stream(serving: Serving, renderer: StreamRenderer, api: Client
                 if out:
                     yield out
         except GatewayError as err:
-            renderer.feed(estimated_usage(serving.served.stream, batches))
-            yield renderer.fail(err)  # bytes have reached the client: end with the API's error event
+            # (A pass-through renderer hands on what its upstream sent since the last batch here.)
+            tail = renderer.feed(estimated_usage(serving.served.stream, batches))
+            yield tail + renderer.fail(err)  # bytes have reached the client: end with the API's error event
             cancelled = False
             return
-        renderer.feed(estimated_usage(serving.served.stream, batches))
-        yield renderer.finish()
+        tail = renderer.feed(estimated_usage(serving.served.stream, batches))
+        yield tail + renderer.finish()
         cancelled = False
     finally:
         await serving.close(serving.served.stream.failure, cancelled)
@@ -329,9 +345,13 @@ async def _answer_json(serving: Serving, api: ClientApi, headers: dict[str, str]
     ctx = serving.ctx
     try:
         stream = serving.served.stream
-        collected = await collect(stream, stream.endpoint.model, serving.resume, api.assembler(ctx.request))
-        completion = api.render_json(collected, ctx.request)
+        native = stream.native  # same API in and out: the upstream's own answer (upstreams/passthrough.py)
+        assembler = api.assembler(ctx.request) if native is None else NativeAnswer(native)
+        collected = await collect(stream, stream.endpoint.model, serving.resume, assembler)
+        completion = api.render_json(collected, ctx.request) if native is None else collected
         served = serving.served.stream  # after a mid-stream continuation, not the stream it began on
+        if served.served_tier is not None:
+            headers["x-ultraroute-served-tier"] = served.served_tier
         completion["provider"] = served.endpoint.provider.name  # as OpenRouter reports it
         if metadata is not None:
             completion["ultraroute"] = {**metadata, "usage_estimated": served.meter.usage_estimated}
@@ -359,6 +379,8 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
     serving = Serving(services, ctx, served)
     if chat.stream:
         renderer = api.stream_renderer(chat, endpoint.model)
+        if renderer is not None and served.stream.native is not None:
+            renderer = PassThrough(served.stream.native, renderer)  # the upstream's own events
         if renderer is not None:
             body = _render_stream(serving, renderer, api)
         else:
@@ -387,6 +409,8 @@ async def serve_events(ctx: RequestContext, services: Services, api: ClientApi,
     count_fallback(services.metrics, plan, served)
     renderer = api.stream_renderer(chat, served.stream.endpoint.model)
     assert renderer is not None  # only a client API with its own events comes this way
+    if served.stream.native is not None:
+        renderer = PassThrough(served.stream.native, renderer)  # the upstream's own events
     # No await from dispatch to the first event: the attempt is closed by `_render_stream` whatever happens.
     async with aclosing(_render_stream(Serving(services, ctx, served), frame(renderer) if frame else renderer,
                                        api)) as events:

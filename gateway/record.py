@@ -27,13 +27,33 @@ def _int(value: object) -> int:
 
 
 def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int, e2e_s: float,
-                 concurrent: int) -> float:
-    """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once."""
-    if endpoint.price is not None:  # at the rates of its context size (`price.long_context`)
-        return endpoint.price.cost(input_tokens, cached, output)
+                 concurrent: int, served_tier: str | None = None, written: tuple[int, int] = (0, 0)) -> float:
+    """USD for one attempt. Hourly-priced capacity is shared by everything running on it at once.
+    Charged at the price of the tier that served (`served_tier`, as the provider reported it) when
+    the catalogue lists the same provider and model at that tier, at the rates of its context size
+    (`price.long_context`). `written`: prompt-cache writes (5-minute, 1-hour) among the input tokens,
+    at `cache_write` / `cache_write_1h`."""
+    if endpoint.price is not None:
+        price = endpoint.price
+        if served_tier is not None and endpoint.tier_prices:
+            price = endpoint.tier_prices.get(served_tier, price)
+        cost = price.cost(input_tokens, cached, output)
+        if written[0] or written[1]:
+            cost += price.cache_write_cost(input_tokens, *written)
+        return cost
     if endpoint.hourly_cost is not None:
         return endpoint.hourly_cost / 3600.0 * e2e_s / max(1, concurrent)
     return 0.0
+
+
+NO_WRITES = (0, 0)
+
+
+def _cache_writes(usage: dict[str, object]) -> tuple[int, int]:
+    """Prompt-cache writes (5-minute, 1-hour) of an Anthropic answer, as upstreams/anthropic.py keeps them."""
+    total = _int(usage.get("cache_creation_input_tokens"))
+    hour = _int(usage.get("cache_creation_1h_input_tokens"))
+    return total - hour, hour
 
 
 class Recorder:
@@ -121,6 +141,7 @@ def make_sample(
     reasoning = _int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens"))
     output = meter.output_tokens if outcome is Outcome.OK or meter.t_first is not None else 0
     e2e = end - meter.t_sent
+    written = _cache_writes(usage) if "cache_creation_input_tokens" in usage else NO_WRITES
     sample = AttemptSample(
         endpoint_key=endpoint.key,
         started_at=started_at,
@@ -134,7 +155,8 @@ def make_sample(
         cached_input_tokens=cached,
         output_tokens=output,
         reasoning_tokens=reasoning,
-        cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1),
+        cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1,
+                              meter.served_tier, written),
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
         stayed=stayed,

@@ -41,6 +41,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 
 from tenacity import RetryCallState, wait_random_exponential
@@ -135,6 +136,22 @@ def rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
         if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
             return duration_s(headers.get(f"x-ratelimit-reset-{kind}", "1s")) or 1.0
     return None
+
+
+ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def anthropic_limit_exhausted(headers: Mapping[str, str]) -> float | None:
+    """Seconds until an Anthropic rate limit resets, when it says none is left
+    (`anthropic-ratelimit-<kind>-remaining: 0`, its `-reset` an RFC 3339 time); else OpenAI's
+    `x-ratelimit-*`, which Anthropic-compatible hosts may send instead."""
+    for kind in ANTHROPIC_LIMITS:
+        if headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0":
+            reset = headers.get(f"anthropic-ratelimit-{kind}-reset", "")
+            with contextlib.suppress(ValueError):
+                return max(0.0, datetime.fromisoformat(reset.replace("Z", "+00:00")).timestamp() - time.time()) or 1.0
+            return retry_after(headers) or 1.0
+    return rate_limit_exhausted(headers)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:

@@ -35,6 +35,7 @@ from gateway.upstream_aiohttp import StreamConnector
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
 
 REDACTED = "[redacted]"
+ANTHROPIC_VERSION = "2023-06-01"
 # A leading fragment this long already identifies a key; shorter ones ("sk-proj-") are public prefixes.
 _KEY_FRAGMENT = 12
 
@@ -136,7 +137,11 @@ def _headers(provider: Provider) -> dict[str, str]:
     # through aiohttp's `skip_auto_headers`, which costs a sorted header dict per request.
     headers = {"content-type": "application/json", "accept": "text/event-stream", "accept-encoding": "identity",
                **provider.headers}
-    if provider.api_key is not None:
+    if provider.api == "anthropic":  # Anthropic's own scheme; also what Anthropic-compatible hosts take
+        headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        if provider.api_key is not None:
+            headers["x-api-key"] = provider.api_key.get_secret_value()
+    elif provider.api_key is not None:
         headers["authorization"] = f"Bearer {provider.api_key.get_secret_value()}"
     return headers
 
@@ -173,6 +178,7 @@ class Upstreams:
         self._transport_factory = transport_factory
         self._connector_class = connector_class
         self._urls = {name: URL(p.base_url.rstrip("/") + "/chat/completions") for name, p in providers.items()}
+        self._other_urls: dict[tuple[str, str], URL] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._test_clients: dict[str, httpx.AsyncClient] | None = None
         if transport_factory is not None:
@@ -194,21 +200,24 @@ class Upstreams:
         retired._test_clients = {n: c for n, c in (self._test_clients or {}).items() if n not in same}
         return following, retired
 
-    async def open(self, endpoint: Endpoint, body: bytes, path: str = "/chat/completions") -> UpstreamResponse:
-        """Send the request (to `path` under the provider's base URL); return as soon as the status
-        line and headers have arrived."""
+    async def open(self, endpoint: Endpoint, body: bytes, path: str = "/chat/completions",
+                   headers: Mapping[str, str] | None = None) -> UpstreamResponse:
+        """Send the request (to `path` under the provider's base URL, with `headers` besides the
+        provider's); return as soon as the status line and headers have arrived."""
         name = endpoint.provider.name
         if self._test_clients is not None:
             client = self._test_clients[name]
-            return await client.send(client.build_request("POST", path, content=body), stream=True)
+            return await client.send(client.build_request("POST", path, content=body, headers=headers), stream=True)
         session = self._sessions.get(name)
         if session is None:
             session = self._sessions[name] = _session(self._providers[name], self._connector_class)
         if path == "/chat/completions":
             url = self._urls[name]
-        else:
-            url = URL(self._providers[name].base_url.rstrip("/") + path)
-        response = await session.post(url, data=body, allow_redirects=False)
+        else:  # /messages, /responses, ...: made once per provider and path
+            url = self._other_urls.get((name, path))
+            if url is None:
+                url = self._other_urls[(name, path)] = URL(self._providers[name].base_url.rstrip("/") + path)
+        response = await session.post(url, data=body, headers=headers, allow_redirects=False)
         return _AiohttpResponse(response)
 
     async def aclose(self) -> None:

@@ -30,6 +30,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.serve.lag import Budget, LoopLag
 from gateway.sse import DONE, SSEDecoder
 from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
+from gateway.upstreams.wire import END, Translator
 
 
 class StreamBroken(UpstreamError):
@@ -55,6 +56,7 @@ class Meter:
     done: bool = False
     prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
     usage_estimated: bool = False
+    served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
     tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
 
     def settle_usage(self) -> None:
@@ -114,6 +116,8 @@ def _token_kind(choice: dict[str, Any], delta: dict[str, Any] | None) -> str | N
 
 
 class UpstreamStream:
+    native: Any = None  # a pass-through translator (upstreams/passthrough.py): the client gets its events
+
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
                  lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False) -> None:
         self.endpoint = endpoint
@@ -140,6 +144,12 @@ class UpstreamStream:
         self._progress: Progress | None = None
         self._progress_of: tuple[float, int] = (0.0, 0)  # sent at (wall clock), in flight then
         self._check_at = float("inf")  # perf_counter time of the next progress report
+        self._tier: str | None = None
+
+    @property
+    def served_tier(self) -> str | None:
+        """The tier the provider says served (OpenAI's `service_tier` on its chunks), if it says."""
+        return self._tier
 
     def watch(self, progress: Progress, started_at: float, in_flight_at_start: int) -> None:
         """Report the decode rate while the stream runs (PROGRESS_S), so that a slow-down is seen
@@ -214,6 +224,13 @@ class UpstreamStream:
             if defer and tokens:
                 self._unparsed, self._unparsed_at = list(events), now
                 break
+        self._metered(tokens, answered, texts, now)
+        return chunks
+
+    def _metered(self, tokens: int, answered: bool, texts: list[str], now: float) -> None:
+        """What one read brought, into the meter: `tokens` token chunks (`answered`: some not
+        reasoning), choice 0's `texts`, all arrived at `now`."""
+        meter = self.meter
         if tokens:  # every event of one read arrived at `now`
             meter.token_chunks += tokens
             meter.t_last = now
@@ -225,7 +242,6 @@ class UpstreamStream:
             self.answer.extend(texts)  # only once the whole read is good: what the client will get
         if now >= self._check_at:
             self._report(now)
-        return chunks
 
     def _report(self, now: float) -> None:
         meter = self.meter
@@ -289,6 +305,9 @@ class UpstreamStream:
             self._pending.extend(chunks)
         if self.meter.t_first is None and not self._pending:
             raise UpstreamError("upstream closed the stream without a response", status=502)
+        if self._pending:  # once per request: the tier is on every chunk
+            tier = self._pending[0][1].get("service_tier")
+            self._tier = tier if isinstance(tier, str) else None
 
     async def next_batch(self) -> list[Event] | None:
         """The events of the next network read that brought any (first, those read at the gate); None
@@ -328,3 +347,59 @@ class UpstreamStream:
             self.meter.t_end = time.perf_counter()
         self.meter.settle_usage()
         await self._response.aclose()
+
+
+class TranslatedStream(UpstreamStream):
+    """The stream of an upstream API that is not chat completions (gateway/upstreams/): each event
+    is translated into the chat chunks it means before it is read as any chat stream is. A read is
+    parsed whole (no early first token): the translated chunks cannot be left half-read."""
+
+    def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
+                 lag: LoopLag | None = None, *, translator: Translator) -> None:
+        super().__init__(endpoint, response, meter, stall_s, lag)
+        self.translator = translator
+        if getattr(translator, "passthrough", False):
+            self.native = translator
+
+    @property
+    def served_tier(self) -> str | None:
+        return self.translator.served_tier
+
+    def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
+        """As a chat stream's, from the translator's chunks: no JSON round trip. Their bytes are made
+        for a chat client's SSE only (a pass-through client gets the upstream's own events)."""
+        meter = self.meter
+        translate = self.translator.events
+        encode = self.native is None
+        out: list[Event] = []
+        texts: list[str] = []
+        tokens = 0
+        answered = False
+        for payload in payloads:
+            chunks = translate(payload)
+            if chunks is None:
+                meter.malformed += 1
+                continue
+            for chunk in chunks:
+                if chunk is END:
+                    meter.done = True
+                    continue
+                if "error" in chunk:
+                    raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+                choices = chunk["choices"]
+                if choices:
+                    delta = choices[0]["delta"]
+                    if delta.get("content"):
+                        tokens += 1
+                        answered = True
+                        texts.append(delta["content"])
+                    elif delta.get("tool_calls"):
+                        tokens += 1
+                        answered = True
+                    elif delta.get("reasoning_content"):
+                        tokens += 1
+                elif chunk.get("usage"):
+                    meter.usage = chunk["usage"]
+                out.append((orjson.dumps(chunk) if encode else b"", chunk))
+        self._metered(tokens, answered, texts, now)
+        return out

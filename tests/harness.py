@@ -80,6 +80,8 @@ def catalogue_for(sim: Any, models: dict[str, list[dict[str, Any]]],
             sim_name = e.pop("sim")
             region = e.pop("provider_region", "us")
             providers[sim_name] = {"base_url": sim.base_url(sim_name), "region": region}
+            if "api" in e:  # the wire API the simulated provider is spoken to in
+                providers[sim_name]["api"] = e.pop("api")
             e.setdefault("provider", sim_name)
             e.setdefault("model", f"upstream-{model}")
             e.setdefault("id", sim_name)

@@ -74,6 +74,13 @@ def test_resolves_ids_keys_regions_and_availability(tmp_path: Path) -> None:
         (lambda d: d["providers"]["fw"].update(base_url="ftp://x"),
          "providers.yaml: providers.fw.base_url:"),
         (lambda d: d.pop("models"), "providers.yaml: models: required key is missing"),
+        (lambda d: d["providers"]["fw"].update(api="gemini"),
+         "providers.yaml: providers.fw.api: Input should be 'openai', 'anthropic' or 'openai-responses'"),
+        (lambda d: (d["providers"]["fw"].update(api="anthropic"),
+                    d["models"]["m"]["endpoints"][0].update(apis=["chat", "embeddings"])),
+         "providers.yaml: models.m.endpoints[0].apis: a provider with api 'anthropic' serves chat only"),
+        (lambda d: d["models"]["m"]["endpoints"][0].update(service_tier=""),
+         "providers.yaml: models.m.endpoints[0].service_tier:"),
     ],
 )
 def test_errors_name_file_and_key_path(tmp_path: Path, mutate, expected: str) -> None:
@@ -82,6 +89,17 @@ def test_errors_name_file_and_key_path(tmp_path: Path, mutate, expected: str) ->
     with pytest.raises(ConfigError) as info:
         load_catalogue(write(tmp_path, data), env={})
     assert expected in str(info.value)
+
+
+def test_provider_api_and_service_tier(tmp_path: Path) -> None:
+    data = minimal()
+    data["providers"]["claude"] = {"base_url": "https://api.anthropic.com/v1", "api": "anthropic"}
+    data["models"]["m"]["endpoints"].append({"provider": "claude", "model": "claude-opus-4-6", "tier": "fast",
+                                             "service_tier": "fast", "price": {"input": 30, "output": 150}})
+    catalogue, _ = load_catalogue(write(tmp_path, data), env={})
+    std, _, fast = catalogue.models["m"]
+    assert std.api == "openai" and std.service_tier is None
+    assert fast.api == "anthropic" and fast.service_tier == "fast"
 
 
 def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:

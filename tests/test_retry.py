@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from email.utils import formatdate
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
 from gateway.retry import (
     RetryBudget,
+    anthropic_limit_exhausted,
     attempts,
     come_back_after,
     duration_s,
@@ -132,6 +134,17 @@ def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
     headers = httpx.Headers({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"})
     assert rate_limit_exhausted(headers) == 1.5
     assert rate_limit_exhausted(httpx.Headers({"x-ratelimit-remaining-requests": "7"})) is None
+
+
+def test_anthropic_rate_limit_headers_at_zero_mean_cool_down_until_the_reset() -> None:
+    reset = datetime.fromtimestamp(time.time() + 30, UTC).isoformat().replace("+00:00", "Z")
+    headers = httpx.Headers({"anthropic-ratelimit-requests-remaining": "12",
+                             "anthropic-ratelimit-output-tokens-remaining": "0",
+                             "anthropic-ratelimit-output-tokens-reset": reset})
+    assert 25 < (anthropic_limit_exhausted(headers) or 0) <= 30
+    assert anthropic_limit_exhausted(httpx.Headers({"anthropic-ratelimit-requests-remaining": "3"})) is None
+    openai_style = httpx.Headers({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"})
+    assert anthropic_limit_exhausted(openai_style) == 2.0
 
 
 def test_retry_after_in_milliseconds_seconds_or_a_date() -> None:

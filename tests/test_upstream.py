@@ -23,6 +23,7 @@ from gateway.simulator import Simulator
 from gateway.simulator.config import parse_sim_config
 from gateway.upstream import REDACTED, Upstreams, redact
 from gateway.upstream_stream import Meter
+from gateway.upstreams import Outgoing
 from tests.test_upstream_aiohttp import sse_server_response, stream_from_raw_server
 
 KEY = "sk-live-0123456789abcdefXYZ"
@@ -73,7 +74,8 @@ async def test_echoed_key_is_redacted_and_never_logged_over_real_sockets(
             raw = await upstreams.open(endpoint, body)
             assert KEY in (await raw.aread()).decode()
             with pytest.raises(UpstreamError) as info:
-                await open_attempt(upstreams, endpoint, body, Meter(t_sent=time.perf_counter()), 5.0, 5.0)
+                await open_attempt(upstreams, endpoint, Outgoing(body, "/chat/completions"),
+                                   Meter(t_sent=time.perf_counter()), 5.0, 5.0)
         finally:
             await upstreams.aclose()
     err = info.value

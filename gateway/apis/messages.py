@@ -6,7 +6,7 @@
     tools               client tools -> function tools; server tools (web_search_20250305, ...) dropped
     tool_choice         auto -> auto, any -> required, tool -> that function, none -> none;
                         disable_parallel_tool_use -> parallel_tool_calls: false; forcing a dropped
-                        server tool is a 400 naming both
+                        server tool is a 400 naming both, unless an anthropic endpoint serves it
     thinking, output_config.effort   -> `reasoning_effort`, for endpoints with the `reasoning`
                         capability only (else dropped, named): enabled by its budget_tokens (< 4096
                         low, < 16384 medium, else high), adaptive -> the model's own default, an
@@ -15,13 +15,16 @@
     max_tokens (required), stop_sequences -> stop, temperature, top_p, stream
     metadata.user_id    the session affinity key, unless `session_id` or `x-session-id` gives one
     provider, speed, models, session_id   the gateway's routing fields, as in chat
+    fallbacks           Anthropic's server-side fallbacks: their models become `models` (never forwarded)
 
 Any other field (context_management, container, mcp_servers, service_tier, top_k, cache_control,
 and next month's) is accepted, not forwarded, and named in `x-ultraroute-dropped` (README, "Client
-API fields"). The client key may come as `x-api-key` (the Anthropic SDK's header) or as a bearer
-token (access/gate.py); `anthropic-version`, `anthropic-beta` and `?beta=true` are accepted and not
-needed. Errors are rendered in Anthropic's shape (`errors.error_body(..., "anthropic")`); answers by
-messages_render.py. `count_tokens()` is `POST /v1/messages/count_tokens`'s estimate.
+API fields"). All of that is the translation's: an `anthropic` endpoint is passed the body as sent
+(gateway/upstreams/anthropic.py), nothing dropped. The client key may come as `x-api-key` (the
+Anthropic SDK's header) or as a bearer token (access/gate.py); `anthropic-version`,
+`anthropic-beta` and `?beta=true` are accepted and not needed (the betas go on to an anthropic
+endpoint). Errors are rendered in Anthropic's shape (`errors.error_body(..., "anthropic")`); answers
+by messages_render.py. `count_tokens()` is `POST /v1/messages/count_tokens`'s estimate.
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ from gateway.apis.schemas import MESSAGES_REQUEST
 from gateway.attempt import prompt_estimate
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
 
 ROUTING_FIELDS = ("provider", "speed", "models", "session_id", "route", "transforms", "usage")
 # Fields translated here; any other is dropped and named.
 TRANSLATED = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences",
-                        "temperature", "top_p", "stream", "thinking", "output_config", "metadata", *ROUTING_FIELDS})
+                        "temperature", "top_p", "stream", "thinking", "output_config", "metadata", "fallbacks",
+                        *ROUTING_FIELDS})
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 # Kept only for endpoints that reason: (body key, capability, the client field it came from).
 THINKING = ("reasoning_effort", "reasoning", "thinking")
@@ -167,12 +171,14 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
         chat["tools"] = chat_tools
     choice, parallel = _tool_choice(body.get("tool_choice"))
     forced = choice["function"]["name"] if isinstance(choice, dict) else None
+    # Forcing a server tool: an anthropic endpoint runs it; a translation cannot (kept, not raised).
     if forced is not None and forced in dropped_tools:
-        raise bad(f"'tool_choice' forces the tool '{forced[:64]}', which chat upstreams cannot run: it is "
-                  f"dropped ({dropped_tools[forced]}).", "tool_choice")
-    if choice == "required" and dropped_tools and not chat_tools:
-        raise bad("'tool_choice' forces a tool call, but every tool offered is one chat upstreams cannot run: "
-                  f"dropped ({', '.join(sorted(set(dropped_tools.values())))}).", "tool_choice")
+        into.refusal = Untranslatable(f"'tool_choice' forces the tool '{forced[:64]}', which chat upstreams cannot "
+                                      f"run: it is dropped ({dropped_tools[forced]}).", param="tool_choice")
+    elif choice == "required" and dropped_tools and not chat_tools:
+        into.refusal = Untranslatable("'tool_choice' forces a tool call, but every tool offered is one chat "
+                                      "upstreams cannot run: dropped "
+                                      f"({', '.join(sorted(set(dropped_tools.values())))}).", param="tool_choice")
     if choice is not None and (chat_tools or not dropped_tools):
         chat["tool_choice"] = choice
     if parallel is not None and chat_tools:
@@ -198,9 +204,15 @@ class MessagesApi(ClientApi):
 
     def parse(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         check_headers(headers)
-        chat, translation, kept = translate(parse_json_body(raw, limits), headers, max_messages=limits.max_messages)
+        body = parse_json_body(raw, limits)
+        chat, translation, kept = translate(body, headers, max_messages=limits.max_messages)
+        fallbacks = body.get("fallbacks")  # Anthropic's server-side fallback: the gateway's own `models`
+        if isinstance(fallbacks, list) and "models" not in chat:
+            chat["models"] = [f["model"] for f in fallbacks if isinstance(f, dict) and isinstance(f.get("model"), str)]
+        # The body is kept for an anthropic endpoint, which is passed it as sent (gateway/upstreams/anthropic.py).
         return chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
-                                 dropped=translation.names(), capability_fields=kept)
+                                 dropped=translation.names(), capability_fields=kept, client_body=body,
+                                 client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
 
     def count_tokens(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         """The request of `POST /v1/messages/count_tokens` (max_tokens not needed); its

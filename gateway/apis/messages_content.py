@@ -41,13 +41,15 @@ def field_name(raw: str) -> str:
 
 class Translation:
     """What translating one body collects besides the chat body: the client API fields dropped (in
-    order, each once) and the prompt's size in characters (the estimate's input)."""
+    order, each once), the prompt's size in characters (the estimate's input), and the refusal that
+    only a translation needs. None of it applies to an anthropic endpoint, passed the body as sent."""
 
-    __slots__ = ("chars", "dropped")
+    __slots__ = ("chars", "dropped", "refusal")
 
     def __init__(self) -> None:
         self.dropped: dict[str, None] = {}
         self.chars = 0
+        self.refusal: InvalidRequest | None = None  # what only a translation cannot honour (Untranslatable)
 
     def drop(self, name: str) -> None:
         if name not in self.dropped:  # past the bound, "..." says there were more

@@ -20,7 +20,10 @@ Stateless unless `store: true`. Fields that change nothing a chat completion ans
 `client_metadata`, `stream_options`, ...) are accepted. What only OpenAI's own state can honour
 (`conversation`, `background: true`, `prompt`) is refused with a 400 naming it. Any other field,
 known or new (`text.verbosity`, `reasoning.summary`, ...), is dropped and named in
-`x-ultraroute-dropped` (README, "Client API fields"). Answers are rendered by `responses_render.py`.
+`x-ultraroute-dropped` (README, "Client API fields"). Drops, and the refusals only a translation
+needs (a forced built-in tool, an image by file_id), are the translation's: an `openai-responses`
+endpoint is passed the body as sent (gateway/upstreams/openai_responses.py). Answers are rendered
+by `responses_render.py`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from gateway.apis.responses_tools import chat_tool_choice, chat_tools
 from gateway.apis.schemas import RESPONSES_REQUEST
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest, RequestContext
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
 from gateway.sessions import StoredResponse, owner_of
 
@@ -137,6 +140,7 @@ class Translation:
     call: ResponsesCall
     dropped: tuple[str, ...] = ()
     capability_fields: tuple[tuple[str, str, str], ...] = ()
+    refusal: InvalidRequest | None = None  # what only the translation cannot honour (errors.Untranslatable)
 
 
 def translate(body: dict[str, Any]) -> Translation:
@@ -164,7 +168,11 @@ def translate(body: dict[str, Any]) -> Translation:
         raise _bad("'metadata' must be an object.", "metadata")
     effort = _effort(body.get("reasoning"), dropped)
     tools = chat_tools(body.get("tools"))
-    tool_choice, offered = chat_tool_choice(body.get("tool_choice"), tools)
+    refusal: InvalidRequest | None = None
+    try:
+        tool_choice, offered = chat_tool_choice(body.get("tool_choice"), tools)
+    except Untranslatable as err:  # forcing a built-in tool: an openai-responses endpoint runs it
+        refusal, tool_choice, offered = err, None, tools.chat
     response_format = _response_format(body.get("text"), dropped)
     given = chat_input(body["input"])
     call = ResponsesCall(
@@ -185,7 +193,8 @@ def translate(body: dict[str, Any]) -> Translation:
     chat.update({k: v for k, v in optional.items() if v is not None})
     capability_fields = (*((EFFORT,) if effort is not None else ()),
                          *((REASONING_CONTENT,) if given.reasoning else ()))
-    return Translation(chat, call, tuple([*tools.dropped, *given.dropped, *dropped]), capability_fields)
+    return Translation(chat, call, tuple([*tools.dropped, *given.dropped, *dropped]), capability_fields,
+                       refusal or given.refusal)
 
 
 class ResponsesApi(ClientApi):
@@ -203,10 +212,12 @@ class ResponsesApi(ClientApi):
 
     def parse_body(self, body: dict[str, Any], headers: Mapping[str, str], request_id: str,
                    limits: GatewayFile) -> ChatRequest:
-        """`parse` for a body already decoded (and size- and depth-checked): a WebSocket frame's."""
+        """`parse` for a body already decoded (and size- and depth-checked): a WebSocket frame's. The
+        body is kept for an openai-responses endpoint, passed it as sent (gateway/upstreams/openai_responses.py)."""
         t = translate(body)
         return chat_request_from(t.chat, headers, request_id, limits, api=self.name, origin=t.call,
-                                 dropped=t.dropped, capability_fields=t.capability_fields)
+                                 dropped=t.dropped, capability_fields=t.capability_fields, client_body=body,
+                                 untranslatable=t.refusal)
 
     async def recall(self, chat: ChatRequest, services: Services, client: ApiKey | None) -> ChatRequest:
         call: ResponsesCall = chat.origin

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.responses_tools import CUSTOM_INPUT, chat_name
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 OUTPUTS = ("function_call_output", "custom_tool_call_output")
@@ -47,6 +47,7 @@ class ChatInput:
     messages: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     reasoning: bool = False
+    refusal: InvalidRequest | None = None  # what only the translation cannot honour (errors.Untranslatable)
     _pending: list[str] = field(default_factory=list)  # reasoning text awaiting its assistant turn
 
     def drop(self, name: str) -> None:
@@ -68,9 +69,11 @@ class ChatInput:
             return str(part["refusal"])
         if kind == "input_image":
             url = part.get("image_url")
-            if not isinstance(url, str):
-                raise _bad(f"'{where}.image_url' must be a URL or data URL (file_id is not supported).",
-                           f"{where}.image_url")
+            if not isinstance(url, str):  # a file_id: OpenAI's own files, which only its endpoint reads
+                self.refusal = self.refusal or Untranslatable(
+                    f"'{where}.image_url' must be a URL or data URL (file_id is not supported).",
+                    param=f"{where}.image_url")
+                return None
             return {"type": "image_url", "image_url": {"url": url, "detail": part.get("detail") or "auto"}}
         if not isinstance(kind, str):
             raise _bad(f"'{where}.type' must be a string.", f"{where}.type")

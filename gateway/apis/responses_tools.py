@@ -14,7 +14,8 @@
 
 `ToolNames` maps the chat name the model calls back to the tool the client offered, so a call is
 rendered as the namespaced (or custom) tool it is, and the calls a client sends back in later turns
-are mapped forward again. A `tool_choice` that forces a dropped tool cannot be honoured: a 400 naming both.
+are mapped forward again. A `tool_choice` that forces a dropped tool cannot be honoured by a
+translation: `Untranslatable`, naming both (an openai-responses endpoint still takes it as sent).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 
 # Chat completions function names: OpenAI's rule, which most hosts share.
 MAX_NAME = 64
@@ -131,8 +132,8 @@ def _drop(dropped: list[str], name: str) -> None:
 def chat_tool_choice(value: Any, tools: Tools) -> tuple[Any, list[dict[str, Any]]]:
     """The chat `tool_choice`, and the chat tools it leaves the model (`allowed_tools` narrows them)."""
     if value == "required" and not tools.callable and tools.dropped:
-        raise _bad(f"'tool_choice' required forces {', '.join(tools.dropped)}, which this gateway drops for "
-                   "chat upstreams.", "tool_choice")
+        raise Untranslatable(f"'tool_choice' required forces {', '.join(tools.dropped)}, which this gateway "
+                             "drops for chat upstreams.", param="tool_choice")
     if value is None or value in ("auto", "none", "required"):
         return value, tools.chat
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
@@ -154,8 +155,8 @@ def chat_tool_choice(value: Any, tools: Tools) -> tuple[Any, list[dict[str, Any]
         return mode, [t for t in tools.chat if t["function"]["name"] in wanted]
     # A built-in tool's type (web_search, file_search, mcp, ...): the tool it forces is dropped.
     named = f"tools.{kind[:64]}"
-    raise _bad(f"'tool_choice' forces {named}, which this gateway drops for chat upstreams"
-               f"{' (it was not offered)' if named not in tools.dropped else ''}.", "tool_choice")
+    raise Untranslatable(f"'tool_choice' forces {named}, which this gateway drops for chat upstreams"
+                         f"{' (it was not offered)' if named not in tools.dropped else ''}.", param="tool_choice")
 
 
 def client_name(chat: str, names: Mapping[str, ToolName]) -> ToolName:

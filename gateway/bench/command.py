@@ -27,7 +27,7 @@ from gateway.bench.metrics import summarize
 from gateway.bench.models import BenchReport, LevelRun
 from gateway.bench.prompts import load_prompts
 from gateway.bench.runner import RunSettings, run_bench
-from gateway.bench.table import LiveProgress, client_notes, console, print_results, routing_notes
+from gateway.bench.table import LiveProgress, client_notes, console, print_results, routing_notes, tier_notes
 from gateway.bench.targets import (
     BenchConfigError,
     Target,
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     files = [write_json(out_dir / "results.json", report), write_csv(out_dir / "results.csv", report),
              write_chart(out_dir / "chart.png", stats)]
     out = console()
-    notes += [*routing_notes(stats, targets), *client_notes(stats), *_first_errors(runs)]
+    notes += [*routing_notes(stats, targets), *tier_notes(stats, targets), *client_notes(stats), *_first_errors(runs)]
     print_results(out, stats, comparisons, notes)
     out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
     every_failed = all(s.errors == s.requests for s in stats)

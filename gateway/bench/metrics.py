@@ -39,6 +39,7 @@ def summarize(run: LevelRun, pricing: Pricing | None) -> LevelStats:
     aggregate = output_tokens / run.wall_s if run.wall_s > 0 else 0.0
     endpoints = Counter(r.endpoint for r in results if r.endpoint)
     kinds = Counter(error_kind(r.error) for r in results if r.error)
+    tiers = Counter(r.served_tier for r in results if r.served_tier)
     return LevelStats(
         target=run.target,
         level=run.level,
@@ -65,4 +66,5 @@ def summarize(run: LevelRun, pricing: Pricing | None) -> LevelStats:
         ),
         endpoints=tuple(sorted(endpoints.items())),
         error_kinds=tuple(sorted(kinds.items())),
+        served_tiers=tuple(sorted(tiers.items())),
     )

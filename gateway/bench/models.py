@@ -32,6 +32,7 @@ class RequestResult:
     output_tokens: int  # usage.completion_tokens when reported, else counted token deltas
     prompt_tokens: int  # usage.prompt_tokens when reported, else 0
     usage_reported: bool
+    served_tier: str | None = None  # the tier the provider reported (chunks' `service_tier`), if any
 
     @property
     def decode_tps(self) -> float | None:
@@ -79,6 +80,7 @@ class LevelStats:
     blended_cost_per_1m_output: float | None
     endpoints: tuple[tuple[str, int], ...]  # x-ultraroute-endpoint values and how many requests
     error_kinds: tuple[tuple[str, int], ...]  # e.g. (("connect", 4),)
+    served_tiers: tuple[tuple[str, int], ...] = ()  # tiers the provider reported serving, and how many
 
 
 @dataclass(frozen=True, slots=True)

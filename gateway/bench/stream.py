@@ -30,7 +30,7 @@ _ERROR_BODY_BYTES = 300  # enough of an error body to name the problem in the ta
 class _Stream:
     """What one stream has shown so far (mutable while reading, then frozen into a result)."""
 
-    __slots__ = ("answer", "completion", "deltas", "done", "error", "finished", "first", "last", "prompt")
+    __slots__ = ("answer", "completion", "deltas", "done", "error", "finished", "first", "last", "prompt", "tier")
 
     def __init__(self) -> None:
         self.first: float | None = None
@@ -42,6 +42,7 @@ class _Stream:
         self.done = False
         self.finished = False
         self.error: str | None = None
+        self.tier: str | None = None  # the provider's `service_tier` (the gateway passes it on)
 
     def take(self, payload: bytes, now: float) -> None:
         """One SSE data payload, received at `now`."""
@@ -61,6 +62,9 @@ class _Stream:
             return
         usage = event.get("usage")
         if isinstance(usage, dict):
+            tier = event.get("service_tier")  # on the usage chunk at least (the gateway's translations too)
+            if isinstance(tier, str):
+                self.tier = tier
             if isinstance(usage.get("completion_tokens"), int):
                 self.completion = usage["completion_tokens"]
             if isinstance(usage.get("prompt_tokens"), int):
@@ -162,4 +166,5 @@ async def send(
         output_tokens=state.completion if state.completion is not None else state.deltas,
         prompt_tokens=state.prompt,
         usage_reported=state.completion is not None,
+        served_tier=state.tier,
     )

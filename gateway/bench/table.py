@@ -113,6 +113,26 @@ def routing_notes(stats: Sequence[LevelStats], targets: Sequence[Target]) -> lis
     return notes
 
 
+def tier_notes(stats: Sequence[LevelStats], targets: Sequence[Target]) -> list[str]:
+    """The tier the provider reported serving each target, against the one it asked for
+    ("asked fast, served standard in 20/20"): a silent downgrade shows here."""
+    notes = []
+    for target in targets:
+        served: dict[str, int] = {}
+        requests = 0
+        for s in stats:
+            if s.target == target.name:
+                requests += s.requests
+                for tier, count in s.served_tiers:
+                    served[tier] = served.get(tier, 0) + count
+        if not served:
+            continue
+        asked = target.body.get("service_tier") or target.body.get("speed")
+        head = f"{target.name}: asked {asked}, served" if asked else f"{target.name}: served"
+        notes.append(head + " " + ", ".join(f"{tier} in {n}/{requests}" for tier, n in sorted(served.items())))
+    return notes
+
+
 BUSY_CLIENT = 0.6  # of one core: above this the client's own delays start to show in the figures
 
 

@@ -34,6 +34,7 @@ def _level_json(stats: LevelStats) -> dict[str, Any]:
     data = asdict(stats)
     data["endpoints"] = dict(stats.endpoints)
     data["error_kinds"] = dict(stats.error_kinds)
+    data["served_tiers"] = dict(stats.served_tiers)
     return data
 
 
@@ -73,6 +74,7 @@ def write_csv(path: Path, report: BenchReport) -> Path:
         for stats in report.levels:
             target = by_name.get(stats.target, {})
             row = {**asdict(stats), "model": target.get("model", ""), "base_url": target.get("base_url", ""),
-                   "endpoints": _pairs(stats.endpoints), "error_kinds": _pairs(stats.error_kinds)}
+                   "endpoints": _pairs(stats.endpoints), "error_kinds": _pairs(stats.error_kinds),
+                   "served_tiers": _pairs(stats.served_tiers)}
             writer.writerow([_cell(row[column]) for column in CSV_COLUMNS])
     return path

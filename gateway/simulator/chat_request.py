@@ -89,7 +89,12 @@ class ChatJob:
     prefixes: list[tuple[bytes, int]] = field(default_factory=list)
     cached_tokens: int = 0
     structured: Structured | None = None  # a tool call or a JSON answer instead of words
-    kind: str = "chat"  # or "completions": the legacy API's chunk and body shapes
+    kind: str = "chat"  # or "completions", "messages", "responses": the API's chunk and body shapes
+    asked_tier: Any = None  # the request's `speed` (Messages) or `service_tier`
+    served_tier: str | None = None  # the tier reported in the answer (None: none, for chat unasked)
+    cache_write: bool = False  # a Messages request with cache_control: its uncached prompt is written
+    cache_write_1h: bool = False  # ... with a one-hour lifetime (`ttl: "1h"`)
+    encrypted_reasoning: bool = False  # a Responses request that includes reasoning.encrypted_content
 
     @property
     def n_tokens(self) -> int:
@@ -186,6 +191,7 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat")
         finish = "tool_calls" if structured.kind == "tool_call" else "stop"
     options = body.get("stream_options")
     prefixes = PrefixCache.prefixes(messages)
+    tier = body.get("service_tier")
     return ChatJob(
         model=model,
         stream=bool(body.get("stream")),
@@ -199,4 +205,6 @@ def parse_chat_request(raw: bytes, profile: EndpointProfile, kind: str = "chat")
         prefixes=prefixes,
         structured=structured,
         kind=kind,
+        asked_tier=tier,
+        served_tier=(profile.faults.downgrade_to or tier) if isinstance(tier, str) else None,
     )

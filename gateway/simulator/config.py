@@ -59,6 +59,9 @@ class FaultsConfig(BaseModel):
     # provided: sk-..."); on, every error answer and error event here does, so tests can prove the
     # gateway never passes a key on.
     echo_key_in_errors: bool = False
+    # A silent downgrade: every answer reports this tier (Anthropic `usage.speed`, OpenAI
+    # `service_tier`) whatever the request asked for, and does not fail.
+    downgrade_to: str | None = None
 
 
 class ScriptConfig(BaseModel):

@@ -36,11 +36,14 @@ from gateway.simulator.chat_request import ApiError, ChatJob, parse_chat_request
 from gateway.simulator.config import EndpointProfile, SimConfigError, merge_profile
 from gateway.simulator.embeddings import serve_embeddings
 from gateway.simulator.http11 import HttpConnection, HttpListener, Request
+from gateway.simulator.native_payloads import anthropic_error_body, error_event, native_writer
+from gateway.simulator.native_request import parse_native_request
 from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
 from gateway.simulator.prompt_cache import PromptCache
 from gateway.simulator.stats import Attempt, EndpointStats, RecentRequests
 
-API_PATHS = ("/chat/completions", "/completions", "/embeddings")
+API_PATHS = ("/chat/completions", "/completions", "/embeddings", "/messages", "/responses")
+KINDS = {"/chat/completions": "chat", "/completions": "completions", "/messages": "messages", "/responses": "responses"}
 EARLY_S = 0.002  # tokens due within this much are sent now: loop timers may fire ~1 ms early
 NON_STREAM_MIN_SLEEP_S = 0.05  # nobody sees intermediate tokens of a non-streamed answer
 TERMINAL_FAULTS = ("error", "hang", "error_event", "drop", "stall")
@@ -145,11 +148,11 @@ class Endpoint:
             if req.method != "POST":
                 conn.send(405, error_body("Use POST", "invalid_request_error", "method_not_allowed"))
                 return
-            self.requests.record(path, req.body)
+            self.requests.record(path, req.body, _api_headers(req))
             if path == "/embeddings":
                 await serve_embeddings(self, req, conn)
             else:
-                await self._chat(req, conn, "chat" if path == "/chat/completions" else "completions")
+                await self._chat(req, conn, KINDS[path])
         elif path == "/models" and req.method == "GET":
             model = {"id": self.profile.model or "sim-model", "object": "model", "created": 0}
             conn.send(200, orjson.dumps({"object": "list", "data": [{**model, "owned_by": "simulator"}]}))
@@ -162,7 +165,10 @@ class Endpoint:
         loop = asyncio.get_running_loop()
         echo_key = _bearer_token(req) if profile.faults.echo_key_in_errors else None
         try:
-            job = parse_chat_request(req.body, profile, kind)
+            if kind in ("messages", "responses"):
+                job = parse_native_request(req.body, profile, kind)
+            else:
+                job = parse_chat_request(req.body, profile, kind)
             attempt.stream, attempt.model, attempt.prefix_tokens = job.stream, job.model, job.prefix_tokens
             if job.prompt_tokens > profile.context_length:
                 raise ApiError(
@@ -179,7 +185,7 @@ class Endpoint:
             if profile.requests_per_minute and not self._take_rpm(profile.requests_per_minute):
                 raise rate_limited(profile, f"Rate limit reached: {profile.requests_per_minute} requests per minute")
         except ApiError as err:
-            self._send_error(conn, attempt, err, echo_key)
+            self._send_error(conn, attempt, err, echo_key, kind)
             self._stats.finish(attempt, loop.time() - req.arrived)
             return
         self.active += 1
@@ -216,6 +222,18 @@ class Endpoint:
         finally:
             self.active -= 1
             self._stats.finish(attempt, loop.time() - req.arrived)
+
+    def _limit_headers(self, profile: EndpointProfile, job: ChatJob) -> list[tuple[str, str]]:
+        """Anthropic's rate-limit headers on a Messages answer, from the requests-per-minute card."""
+        if job.kind != "messages" or not profile.requests_per_minute:
+            return []
+        rpm = profile.requests_per_minute
+        left = int(self._rpm_left)
+        reset = time.time() + (1.0 - (self._rpm_left - left)) * 60.0 / rpm  # when the next request is free
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(reset)) + f".{int(reset % 1 * 1000):03d}Z"
+        return [("anthropic-ratelimit-requests-limit", str(rpm)),
+                ("anthropic-ratelimit-requests-remaining", str(left)),
+                ("anthropic-ratelimit-requests-reset", stamp)]
 
     def _take_rpm(self, rpm: int) -> bool:
         now = time.monotonic()
@@ -255,9 +273,11 @@ class Endpoint:
     # ---- serving ------------------------------------------------------------------------------
 
     def _send_error(
-        self, conn: HttpConnection, attempt: Attempt, err: ApiError, echo_key: str | None
+        self, conn: HttpConnection, attempt: Attempt, err: ApiError, echo_key: str | None, kind: str = "chat"
     ) -> None:
         body = err.body if echo_key is None else _quoting_key(err.body, echo_key)
+        if kind == "messages":  # Anthropic's own error shape (529: overloaded_error)
+            body = anthropic_error_body(err.status, orjson.loads(body)["error"]["message"])
         conn.send(err.status, body, err.headers)
         attempt.status, attempt.outcome = err.status, err.outcome
 
@@ -280,7 +300,7 @@ class Endpoint:
                 kind = "server_error" if status >= 500 else "invalid_request_error"
                 code = faults.error_code if faults.error_code is not None and status < 500 else kind
                 err = ApiError(status, f"Simulated upstream error {status}", kind, code, outcome="error")
-            self._send_error(conn, attempt, err, plan.echo_key)
+            self._send_error(conn, attempt, err, plan.echo_key, job.kind)
             return
         if plan.fault == "hang":
             attempt.outcome = "hung"
@@ -295,7 +315,14 @@ class Endpoint:
                 }
             }
             attempt.status, attempt.outcome = 200, "error_event"
-            if job.stream:
+            if job.kind in ("messages", "responses"):
+                message = _with_key("Simulated error event", plan.echo_key)
+                data = error_event(job.kind, faults.error_status, message)
+                if job.stream:
+                    conn.start_stream(200, first_chunk=data, last=True, close=True)
+                else:
+                    conn.send(200, data.split(b"data: ", 1)[1].strip(), close=True)
+            elif job.stream:
                 conn.start_stream(200, first_chunk=sse(event), last=True, close=True)
             else:
                 conn.send(200, orjson.dumps(event), close=True)
@@ -316,7 +343,8 @@ class Endpoint:
             await asyncio.get_running_loop().create_future()  # until the client disconnects
         if not job.stream:
             attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
-            conn.send(200, completion_body(job), [("x-simulator-endpoint", self.name)])
+            body = completion_body(job) if job.kind in ("chat", "completions") else native_writer(job).body()
+            conn.send(200, body, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)])
             attempt.tokens = n
         attempt.status = 200
         attempt.outcome = "malformed" if plan.malformed else "no_done" if plan.no_done else "ok"
@@ -334,7 +362,7 @@ class Endpoint:
         """Stream tokens [0, stop): the first alone at t_first, then batches as they fall due."""
         t_first = arrived + plan.ttft_s
         n = job.n_tokens
-        writer = ChunkWriter(job)
+        writer = ChunkWriter(job) if job.kind in ("chat", "completions") else native_writer(job)
         complete = stop == n and plan.fault is None
         malformed_at = (n // 2 if n >= 2 else n) if plan.malformed else -1
 
@@ -358,7 +386,8 @@ class Endpoint:
         first, last = payload(0, min(1, stop))
         attempt.status = 200
         attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
-        conn.start_stream(200, [("x-simulator-endpoint", self.name)], first_chunk=first, last=last)
+        conn.start_stream(200, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)],
+                          first_chunk=first, last=last)
         if stop > 1:
 
             def emit(a: int, b: int) -> None:
@@ -406,6 +435,18 @@ class Endpoint:
             delay = min(max(min_sleep - late, wait_next), wait_last)
             target = now + delay
             await asyncio.sleep(delay)
+
+
+# Request headers kept with each recorded request, for tests: API versions and betas, and which
+# kind of key came (never the key itself).
+_RECORDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+def _api_headers(req: Request) -> dict[str, str]:
+    out = {name: req.headers[name] for name in _RECORDED_HEADERS if name in req.headers}
+    if "x-api-key" in req.headers:
+        out["x-api-key"] = "present"
+    return out
 
 
 def _bearer_token(req: Request) -> str:

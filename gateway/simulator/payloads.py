@@ -38,11 +38,14 @@ class ChunkWriter:
         self._job = job
         self._n_reasoning = len(job.reasoning_ids)
         kind = b"text_completion" if job.kind == "completions" else b"chat.completion.chunk"
-        head = b'data: {"id":%b,"object":"%b","created":%d,"model":%b,"choices":[' % (
+        # The served tier, as OpenAI reports it on every chunk, when one was asked for.
+        tier = b'"service_tier":%b,' % orjson.dumps(job.served_tier) if job.served_tier else b""
+        head = b'data: {"id":%b,"object":"%b","created":%d,"model":%b,%b"choices":[' % (
             orjson.dumps(new_chat_id()),
             kind,
             int(time.time()),
             orjson.dumps(job.model),
+            tier,
         )
         self._head = head
         self._delta = head + b'{"index":0,"delta":{'
@@ -113,18 +116,17 @@ def completion_body(job: ChatJob) -> bytes:
                                   "function": {"name": s.tool_name, "arguments": s.text}}]
     if job.reasoning_ids:
         message["reasoning_content"] = render(job.reasoning_ids)
-    return orjson.dumps(
-        {
-            "id": new_chat_id(),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": job.model,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": job.finish_reason, "logprobs": None}
-            ],
-            "usage": job.usage(),
-        }
-    )
+    body: dict[str, Any] = {
+        "id": new_chat_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": job.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": job.finish_reason, "logprobs": None}],
+        "usage": job.usage(),
+    }
+    if job.served_tier:
+        body["service_tier"] = job.served_tier
+    return orjson.dumps(body)
 
 
 def sse(obj: Any) -> bytes:

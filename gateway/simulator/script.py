@@ -4,6 +4,9 @@ Does: answer a chat request as a model driving an agent would, in two steps: whi
 holds no tool result, call the shell tool the request offers (Codex's `exec_command`, Claude Code's
 `Bash`, ...) with the script's command, its arguments shaped by that tool's own schema; once a tool
 result is back, answer the script's final text. Without a shell tool on offer it answers the text.
+The same script answers on every API the simulator speaks: a Messages or Responses request is read
+as the chat request it amounts to (native_request.py), so Claude Code on an `anthropic` endpoint
+gets a `tool_use` of its Bash tool, then, after the `tool_result`, the text (native_payloads.py).
 Does not: run anything (the agent does), time or stream (endpoint.py, payloads.py do).
 
 The tool names the agents give their shell tools differ and change between releases, so they are a

@@ -105,12 +105,15 @@ class RecentRequests:
     def __init__(self) -> None:
         self.items: deque[dict[str, Any]] = deque(maxlen=self.MAX_REQUESTS)
 
-    def record(self, path: str, body: bytes) -> None:
+    def record(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         try:
             parsed: Any = orjson.loads(body)
         except orjson.JSONDecodeError:
             parsed = body[:1000].decode(errors="replace")
-        self.items.append({"path": path, "body": parsed})
+        item: dict[str, Any] = {"path": path, "body": parsed}
+        if headers:
+            item["headers"] = headers
+        self.items.append(item)
 
     def clear(self) -> None:
         self.items.clear()

@@ -103,6 +103,24 @@ def agent_gateway(agent_sim: SimProcess) -> Iterator[KeyedGateway]:
         yield gw
 
 
+@pytest.fixture(scope="session")
+def fast_anthropic_gateway(agent_sim: SimProcess) -> Iterator[KeyedGateway]:
+    """The same scripted model, spoken to in Anthropic Messages (`api: anthropic`) at its fast tier
+    (`service_tier: fast`): a Messages client such as Claude Code is passed through."""
+    fast = {"sim": "agent", "api": "anthropic", "tier": "fast", "service_tier": "fast", "id": "agent-fast",
+            "price": {"input": 30.0, "output": 150.0}}
+    catalogue = catalogue_for(agent_sim, {MODEL: [fast]}, gateway={"breaker_failures": 1000, "explore_rate": 0.0})
+    gw = KeyedGateway(catalogue, open_access=False)
+    gw.key = gw.create_key()
+    with gw:
+        yield gw
+
+
+def messages_requests(sim: SimProcess) -> list[dict[str, Any]]:
+    """The Anthropic Messages requests the simulator received (`{"path", "body", "headers"}`)."""
+    return [r for r in sim.requests("agent") if r["path"] == "/messages"]
+
+
 @pytest.fixture
 def sim(agent_sim: SimProcess) -> SimProcess:
     """The simulator with no requests recorded yet: what it holds after the test is this test's."""

@@ -14,7 +14,7 @@ import yaml
 from gateway.apis.messages import MessagesApi, translate
 from gateway.attempt import dropped_for, prompt_estimate, upstream_body
 from gateway.config import GatewayFile, load_catalogue
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, Untranslatable
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 USER = [{"role": "user", "content": "x"}]
@@ -142,16 +142,19 @@ def test_what_has_no_chat_equivalent_is_dropped_and_named_once() -> None:
         "service_tier", "context_management")
 
 
-def test_forcing_a_dropped_tool_is_refused_naming_both() -> None:
+def test_forcing_a_dropped_tool_is_a_refusal_kept_for_translation_only() -> None:
+    """Kept on the translation, not raised: an anthropic endpoint, passed the body as sent, runs the
+    server tool; only the endpoints that need the translation refuse it (dispatch.py)."""
     tools = [{"type": "web_search_20250305", "name": "web_search"}, {"name": "f", "input_schema": {}}]
-    with pytest.raises(InvalidRequest) as forced:
-        translate({"model": "m", "max_tokens": 5, "messages": USER, "tools": tools,
-                   "tool_choice": {"type": "tool", "name": "web_search"}})
-    assert forced.value.param == "tool_choice"
-    assert "'web_search'" in forced.value.message and "tools.web_search" in forced.value.message
+    _, into, _ = translate({"model": "m", "max_tokens": 5, "messages": USER, "tools": tools,
+                            "tool_choice": {"type": "tool", "name": "web_search"}})
+    forced = into.refusal
+    assert isinstance(forced, Untranslatable) and forced.param == "tool_choice"
+    assert "'web_search'" in forced.message and "tools.web_search" in forced.message
     only_server = {"model": "m", "max_tokens": 5, "messages": USER, "tools": tools[:1]}
-    with pytest.raises(InvalidRequest):  # "any tool", where no tool the model can call is left
-        translate({**only_server, "tool_choice": {"type": "any"}})
+    # "any tool", where no tool the model can call is left
+    assert isinstance(translate({**only_server, "tool_choice": {"type": "any"}})[1].refusal, Untranslatable)
+    assert translate({**only_server, "tool_choice": {"type": "auto"}})[1].refusal is None
     chat = chat_of({**only_server, "tool_choice": {"type": "auto"}})
     assert "tools" not in chat and "tool_choice" not in chat  # nothing to choose from: not forwarded
 

@@ -13,7 +13,7 @@ EXPECTED_COLUMNS = [
     "target", "model", "base_url", "level", "requests", "errors", "error_rate", "decode_tps_p25",
     "decode_tps_p50", "ttft_ms_p50", "ttft_ms_p95", "answer_ms_p50", "answer_ms_p95", "e2e_ms_p50",
     "e2e_ms_p95", "output_tokens", "prompt_tokens", "wall_s", "aggregate_tps", "client_cpu", "pricing",
-    "cost_per_1m_output", "blended_cost_per_1m_output", "endpoints", "error_kinds",
+    "cost_per_1m_output", "blended_cost_per_1m_output", "endpoints", "error_kinds", "served_tiers",
 ]
 EXPECTED_LEVEL_KEYS = {c for c in EXPECTED_COLUMNS if c not in ("model", "base_url")}
 

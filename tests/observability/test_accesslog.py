@@ -29,7 +29,7 @@ from tests.observability.conftest import SECRET_KEY
 FIELDS = {"ts", "request_id", "api", "key", "model", "endpoint", "provider", "tier", "attempts", "fallback", "status",
           "outcome",
           "ttft_ms", "ttfat_ms", "duration_ms", "decode_tps", "tokens", "cost_usd", "usage_estimated",
-          "dropped", "transport"}
+          "dropped", "transport", "served_tier"}
 
 
 def served_request() -> tuple[Served, AttemptSample]:
@@ -38,7 +38,7 @@ def served_request() -> tuple[Served, AttemptSample]:
                                             "price": {"input": 1, "output": 2}}]}}}
     endpoint = build_catalogue(parse_catalogue(data, "t"), "t", env={}).endpoints()[0]
     failed = Attempt("m/gq/x", "gq/x", "fast", Outcome.SERVER_ERROR, 503, "upstream_5xx", 0.05)
-    served = Served(SimpleNamespace(endpoint=endpoint), (failed,), time.time(), 0)  # type: ignore[arg-type]
+    served = Served(SimpleNamespace(endpoint=endpoint, served_tier="fast"), (failed,), time.time(), 0)  # type: ignore[arg-type]
     sample = AttemptSample(endpoint_key=endpoint.key, started_at=time.time(), outcome=Outcome.OK, status=200,
                            ttft_s=0.2104, ttfat_s=0.25, decode_tps=401.26, e2e_s=0.4, input_tokens=12,
                            output_tokens=30, cost_usd=0.00007)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anthropic
 import openai
 import orjson
 
@@ -65,3 +66,25 @@ def test_a_scripted_endpoint_streams_the_call_then_the_text(sim_factory: SimFact
                {"role": "tool", "tool_call_id": calls[0].id, "content": ""}]
     done = client.chat.completions.create(model="x", messages=history, tools=[CLAUDE])  # type: ignore[arg-type,list-item]
     assert done.choices[0].message.content == "DONE: hi" and done.choices[0].finish_reason == "stop"
+
+
+def test_a_scripted_endpoint_answers_messages_with_a_tool_use_then_the_text(sim_factory: SimFactory) -> None:
+    """Spoken to in Anthropic Messages (Claude Code on an `anthropic` endpoint): a `tool_use` of its
+    Bash tool, streamed as Anthropic does; after the `tool_result`, the final text (end_turn)."""
+    script = {"command": SCRIPT.command, "answer": SCRIPT.answer}
+    sim = sim_factory({"agent": {"ttft_ms": 5, "ttft_jitter": 0.0, "tokens_per_second": 5000, "script": script}})
+    client = anthropic.Anthropic(base_url=sim.base_url("agent").removesuffix("/v1"), api_key="k", max_retries=0)
+    bash = {"name": "Bash", "input_schema": CLAUDE["function"]["parameters"]}
+    system = [{"role": "system", "content": "Claude Code sends a system turn."}]
+    ask = {"model": "x", "max_tokens": 4096, "tools": [bash], "thinking": {"type": "adaptive"}}
+    with client.messages.stream(messages=[*USER, *system], **ask) as stream:  # type: ignore[arg-type]
+        called = stream.get_final_message()
+    assert called.stop_reason == "tool_use"
+    use = called.content[-1]
+    assert use.type == "tool_use" and use.name == "Bash" and use.input == {"command": "echo hi > out.txt"}
+    result = {"type": "tool_result", "tool_use_id": use.id, "content": "", "cache_control": {"type": "ephemeral"}}
+    history = [*USER, *system, {"role": "assistant", "content": [use.model_dump()]},
+               {"role": "user", "content": [result]}]
+    done = client.messages.create(messages=history, **ask)  # type: ignore[arg-type]
+    assert done.stop_reason == "end_turn" and [b.type for b in done.content] == ["text"]
+    assert done.content[0].text == "DONE: hi"  # type: ignore[union-attr]

@@ -1,0 +1,345 @@
+"""Anthropic Messages upstream (`api: anthropic`): the request from a chat body, the stream to chat chunks.
+
+Request (`POST {base_url}/messages`): system messages -> `system`; user and assistant turns, with
+image parts -> image blocks, assistant `tool_calls` -> `tool_use` blocks, `tool` messages ->
+`tool_result` blocks of a user turn (consecutive turns of one role merged: Anthropic wants them
+alternating); function tools -> `{name, description, input_schema}`; tool_choice and
+parallel_tool_calls; max_tokens (required: the request's, else the endpoint's max_output_tokens,
+else DEFAULT_MAX_TOKENS); stop -> stop_sequences; temperature, top_p. The endpoint's `service_tier`
+becomes `speed`, and only `fast` adds the beta header (`FAST_BETA`): sent otherwise, some
+Anthropic-compatible hosts demand fast-mode credits.
+
+Stream: message_start (id, model, input usage, `usage.speed`), content blocks (text_delta ->
+content, thinking_delta -> reasoning_content, tool_use + input_json_delta -> tool_calls), message_delta
+(stop_reason -> finish_reason, output usage), message_stop -> the end (chat's `[DONE]`); an `error` event -> an error
+chunk, `overloaded_error` (Anthropic's 529) as a 503.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import orjson
+
+from gateway.config import Endpoint
+from gateway.context import ChatRequest
+from gateway.upstreams.wire import (
+    ANSWER_TOKEN,
+    END,
+    NO_TOKEN,
+    REASONING_TOKEN,
+    Chunk,
+    ChunkHead,
+    Outgoing,
+    chat_usage,
+    error_chunk,
+    loads,
+)
+
+FAST_BETA = "fast-mode-2026-02-01"
+# The gateway's own fields of a Messages request (routing; `speed` is the endpoint's to set), never
+# passed on; `fallbacks` (Anthropic's server-side fallback) is the gateway's to act on, not twice.
+GATEWAY_FIELDS = frozenset({"provider", "speed", "models", "session_id", "route", "transforms", "usage",
+                            "fallbacks"})
+DEFAULT_MAX_TOKENS = 4096
+FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+          "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length"}
+# Anthropic's error types -> the HTTP status the gateway treats them as (529 overloaded: like a 503).
+ERROR_STATUS = {"overloaded_error": 503, "rate_limit_error": 429, "api_error": 500, "timeout_error": 504,
+                "invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                "not_found_error": 404, "request_too_large": 413}
+
+
+def _image(part: dict[str, Any]) -> dict[str, Any]:
+    url = str((part.get("image_url") or {}).get("url", ""))
+    if url.startswith("data:") and ";base64," in url:
+        media, data = url[5:].split(";base64,", 1)
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict) and part.get("type") == "text":
+            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        elif isinstance(part, dict) and part.get("type") == "image_url":
+            blocks.append(_image(part))
+    return blocks
+
+
+def _text(content: Any) -> str:
+    return "".join(b["text"] for b in _blocks(content) if b["type"] == "text")
+
+
+def _arguments(text: Any) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def messages_of(chat_messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Chat messages -> Anthropic's system text and alternating turns."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in chat_messages:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system.append(_text(message.get("content")))
+            continue
+        if role == "tool":
+            role, blocks = "user", [{"type": "tool_result", "tool_use_id": str(message.get("tool_call_id", "")),
+                                     "content": _text(message.get("content"))}]
+        else:
+            role = "assistant" if role == "assistant" else "user"
+            blocks = _blocks(message.get("content"))
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                blocks.append({"type": "tool_use", "id": call.get("id") or "", "name": function.get("name", ""),
+                               "input": _arguments(function.get("arguments"))})
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += blocks
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        if not turn["content"]:
+            turn["content"] = [{"type": "text", "text": ""}]
+    return ("\n\n".join(s for s in system if s) or None), turns
+
+
+def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
+    out: dict[str, Any] | None = None
+    if choice in ("auto", "none"):
+        out = {"type": choice}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        out = {"type": "tool", "name": choice["function"].get("name", "")}
+    if parallel is False:
+        out = {**(out or {"type": "auto"}), "disable_parallel_tool_use": True}
+    return out
+
+
+def messages_body(chat: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """A chat completions body -> an Anthropic Messages body (always streaming)."""
+    system, turns = messages_of(chat.get("messages") or [])
+    max_tokens = chat.get("max_tokens") or chat.get("max_completion_tokens") or endpoint.max_output_tokens
+    body: dict[str, Any] = {"model": endpoint.upstream_model, "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+                            "messages": turns, "stream": True}
+    if system:
+        body["system"] = system
+    for name in ("temperature", "top_p"):
+        if chat.get(name) is not None:
+            body[name] = chat[name]
+    stop = chat.get("stop")
+    if stop:
+        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    tools = [t["function"] for t in chat.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    if tools:
+        body["tools"] = [{"name": f.get("name", ""), "input_schema": f.get("parameters") or {"type": "object"},
+                          **({"description": f["description"]} if f.get("description") else {})} for f in tools]
+        choice = _tool_choice(chat.get("tool_choice"), chat.get("parallel_tool_calls"))
+        if choice is not None:
+            body["tool_choice"] = choice
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
+def speed_headers(endpoint: Endpoint, betas: str | None = None) -> dict[str, str] | None:
+    """`anthropic-beta`: the client's values (`betas`), plus fast mode's when the endpoint asks for it."""
+    values = [b.strip() for b in (betas or "").split(",") if b.strip()]
+    if endpoint.service_tier == "fast" and FAST_BETA not in values:
+        values.append(FAST_BETA)
+    return {"anthropic-beta": ",".join(values)} if values else None
+
+
+def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """A Messages client's body as sent, for an anthropic endpoint: unknown fields kept; `model`
+    the endpoint's, the gateway's own fields out, the endpoint's extra_body in, always streaming."""
+    body = {k: v for k, v in client.items() if k not in GATEWAY_FIELDS}
+    body["model"] = endpoint.upstream_model
+    body["stream"] = True
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
+def passes_through(request: ChatRequest) -> bool:
+    """Same API in and out (a Messages client): the body as sent, lossless."""
+    return request.api == "messages" and request.client_body is not None
+
+
+def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
+    if passes_through(request):
+        body = passthrough_body(request.client_body, endpoint)  # type: ignore[arg-type]
+        translator: Any = partial(MessagesPassThrough, endpoint.model, not request.stream)
+    else:
+        body, translator = messages_body(request.body, endpoint), MessagesTranslator
+    if endpoint.service_tier is not None:
+        body["speed"] = endpoint.service_tier
+    return Outgoing(orjson.dumps(body), "/messages", speed_headers(endpoint, request.client_betas), translator)
+
+
+class MessagesTranslator:
+    """Anthropic Messages stream events -> chat-completion chunks (a `Translator`)."""
+
+    def __init__(self) -> None:
+        self.head = ChunkHead(created=int(time.time()))
+        self.served_tier: str | None = None
+        self._input = (0, 0, 0)  # input, cache read, cache write
+        self._tools: dict[int, int] = {}  # content block index -> tool call index
+        self._stop: str | None = None
+        self._hour: dict[str, Any] | None = None  # message_start's cache_creation split (5m, 1h)
+
+    def _note_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict) and isinstance(usage.get("speed"), str):
+            self.served_tier = usage["speed"]
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        event = loads(payload)
+        if event is None:
+            return None  # malformed: the reader counts it
+        return self.translate(event)
+
+    def translate(self, event: dict[str, Any]) -> list[Chunk]:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                return [self.head.chunk({"content": delta.get("text", "")})]
+            if dtype == "thinking_delta":
+                return [self.head.chunk({"reasoning_content": delta.get("thinking", "")})]
+            if dtype == "input_json_delta" and event.get("index") in self._tools:
+                call = {"index": self._tools[event["index"]], "function": {"arguments": delta.get("partial_json", "")}}
+                return [self.head.chunk({"tool_calls": [call]})]
+            return []  # signature_delta and others: chat completions cannot carry them
+        if kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                index = self._tools[event.get("index")] = len(self._tools)
+                call = {"index": index, "id": block.get("id", ""), "type": "function",
+                        "function": {"name": block.get("name", ""), "arguments": ""}}
+                return [self.head.chunk({"tool_calls": [call]})]
+            return []
+        if kind == "message_start":
+            message = event.get("message") or {}
+            self.head.id, self.head.model = str(message.get("id", "")), str(message.get("model", ""))
+            usage = message.get("usage") or {}
+            self._note_usage(usage)
+            self._input = (int(usage.get("input_tokens") or 0), int(usage.get("cache_read_input_tokens") or 0),
+                           int(usage.get("cache_creation_input_tokens") or 0))
+            self._hour = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else None
+            return [self.head.chunk({"role": "assistant", "content": ""})]
+        if kind == "message_delta":
+            self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
+            usage = event.get("usage") or {}
+            self._note_usage(usage)
+            fresh, read, write = self._input
+            # message_delta's usage is cumulative; input counts there, when present, are final.
+            fresh = int(usage.get("input_tokens") or fresh)
+            read = int(usage.get("cache_read_input_tokens") or read)
+            write = int(usage.get("cache_creation_input_tokens") or write)
+            total = chat_usage(fresh + read + write, int(usage.get("output_tokens") or 0), read, write)
+            hour = (usage.get("cache_creation") or self._hour or {}).get("ephemeral_1h_input_tokens")
+            if hour:  # the 1-hour writes among them, priced apart
+                total["cache_creation_1h_input_tokens"] = int(hour)
+            return [self.head.chunk(finish=FINISH.get(self._stop or "end_turn", "stop")),
+                    self.head.usage_chunk(total, self.served_tier)]
+        if kind == "message_stop":
+            return [END]
+        if kind == "error":
+            error = event.get("error") or {}
+            etype = error.get("type")
+            return [error_chunk(str(error.get("message") or "upstream error"), ERROR_STATUS.get(etype, 502), etype)]
+        return []  # ping, content_block_stop
+
+
+_DELTA = b'{"type":"content_block_delta"'
+_DELTA_EVENT = b"event: content_block_delta\ndata: "
+
+
+class MessagesPassThrough(MessagesTranslator):
+    """Pass-through for a Messages client: every event is still translated (so it is measured),
+    and kept as it came -- thinking with its signature, tool_use, unknown blocks -- for the client:
+    as SSE events to `take()` while streaming, or assembled into the `message` (`result()`) when
+    `whole`. Only `message.model` becomes the public name."""
+
+    passthrough = True
+
+    def __init__(self, model: str, whole: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole = whole
+        self._out: list[bytes] = []
+        self._seen: list[dict[str, Any]] = []
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        if not self.whole and payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
+            self._out.append(_DELTA_EVENT + payload + b"\n\n")
+            # A JSON string escapes its quotes, so `"type":"..."` can only be the delta's own type.
+            if b'"type":"text_delta"' in payload or b'"type":"input_json_delta"' in payload:
+                return ANSWER_TOKEN
+            return REASONING_TOKEN if b'"type":"thinking_delta"' in payload else NO_TOKEN
+        event = loads(payload)
+        if event is None:
+            return None
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            event["message"]["model"] = self.model
+            payload = orjson.dumps(event)
+        if self.whole:
+            self._seen.append(event)
+        elif kind != "error":  # an error event is rendered by the gateway, as any failure is
+            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+        return self.translate(event)
+
+    def take(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def result(self) -> dict[str, Any]:
+        return assemble_message(self._seen)
+
+
+def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `message` object a stream of Messages events makes, blocks as they came."""
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial_json: dict[int, str] = {}
+    for event in events:
+        kind, index = event.get("type"), event.get("index")
+        if kind == "message_start":
+            message = {**(event.get("message") or {}), "content": []}
+        elif kind == "content_block_start" and isinstance(index, int):
+            blocks[index] = dict(event.get("content_block") or {})
+        elif kind == "content_block_delta" and index in blocks:
+            block, delta = blocks[index], event.get("delta") or {}
+            for field, key in (("text", "text"), ("thinking", "thinking"), ("partial_json", None)):
+                if field in delta and key is not None:
+                    block[key] = block.get(key, "") + str(delta[field])
+            if "partial_json" in delta:
+                partial_json[index] = partial_json.get(index, "") + str(delta["partial_json"])
+            if "signature" in delta:
+                block["signature"] = delta["signature"]
+            if "citation" in delta:
+                block.setdefault("citations", []).append(delta["citation"])
+        elif kind == "content_block_stop" and index in partial_json:
+            try:
+                blocks[index]["input"] = orjson.loads(partial_json[index] or "{}")
+            except orjson.JSONDecodeError:
+                blocks[index]["input"] = {}
+        elif kind == "message_delta":
+            message.update(event.get("delta") or {})
+            message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message

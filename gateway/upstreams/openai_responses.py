@@ -1,0 +1,238 @@
+"""OpenAI Responses upstream (`api: openai-responses`): the request from a chat body, the stream to chat chunks.
+
+Request (`POST {base_url}/responses`, `store: false`): messages -> `input` items (system and
+developer stay messages; user parts -> input_text / input_image; assistant `tool_calls` ->
+`function_call` items; `tool` messages -> `function_call_output`); function tools flattened
+(`{type: function, name, description, parameters}`); tool_choice; max_tokens -> max_output_tokens;
+temperature, top_p, parallel_tool_calls; the endpoint's `service_tier`.
+
+Stream: response.created (id, model) -> the role chunk; output_text deltas -> content; reasoning
+text and summary deltas -> reasoning_content; function_call items and their argument deltas ->
+tool_calls; response.completed / incomplete (usage with cached tokens, `service_tier`, why it
+stopped) -> the finish chunk, the usage chunk and the end; response.failed and `error` -> an
+error chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import orjson
+
+from gateway.config import Endpoint
+from gateway.context import ChatRequest
+from gateway.upstreams.wire import (
+    ANSWER_TOKEN,
+    END,
+    REASONING_TOKEN,
+    Chunk,
+    ChunkHead,
+    Outgoing,
+    chat_usage,
+    error_chunk,
+    loads,
+)
+
+
+def _parts(content: Any, role: str) -> Any:
+    if not isinstance(content, list):
+        return content if content is not None else ""
+    text_kind = "output_text" if role == "assistant" else "input_text"
+    out = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text":
+            out.append({"type": text_kind, "text": str(part.get("text", ""))})
+        elif isinstance(part, dict) and part.get("type") == "image_url":
+            out.append({"type": "input_image", "image_url": str((part.get("image_url") or {}).get("url", ""))})
+    return out
+
+
+def input_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = str(message.get("role", "user"))
+        if role == "tool":
+            content = message.get("content")
+            output = content if isinstance(content, str) else orjson.dumps(content).decode()
+            items.append({"type": "function_call_output", "call_id": str(message.get("tool_call_id", "")),
+                          "output": output})
+            continue
+        content = message.get("content")
+        if content or not message.get("tool_calls"):
+            items.append({"role": role, "content": _parts(content, role)})
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            items.append({"type": "function_call", "call_id": call.get("id") or "",
+                          "name": function.get("name", ""), "arguments": function.get("arguments") or "{}"})
+    return items
+
+
+def responses_body(chat: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": endpoint.upstream_model, "input": input_of(chat.get("messages") or []),
+                            "stream": True, "store": False}
+    limit = chat.get("max_completion_tokens") or chat.get("max_tokens")
+    if limit:
+        body["max_output_tokens"] = limit
+    for name in ("temperature", "top_p", "parallel_tool_calls"):
+        if chat.get(name) is not None:
+            body[name] = chat[name]
+    tools = [t["function"] for t in chat.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    if tools:
+        body["tools"] = [{"type": "function", **f} for f in tools]
+        choice = chat.get("tool_choice")
+        if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+            choice = {"type": "function", "name": choice["function"].get("name", "")}
+        if choice is not None:
+            body["tool_choice"] = choice
+    if endpoint.service_tier is not None:
+        body["service_tier"] = endpoint.service_tier
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
+# The gateway's own fields of a Responses request: routing, and the conversation store, which is
+# the gateway's (the upstream is asked `store: false`).
+GATEWAY_FIELDS = frozenset({"provider", "speed", "models", "session_id", "route", "transforms", "usage",
+                            "service_tier", "store", "previous_response_id"})
+
+
+def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """A Responses client's body as sent, for an openai-responses endpoint: unknown fields kept;
+    `model` the endpoint's, the gateway's own fields out, extra_body in, streaming, not stored."""
+    body = {k: v for k, v in client.items() if k not in GATEWAY_FIELDS}
+    body.update(model=endpoint.upstream_model, stream=True, store=False)
+    if endpoint.service_tier is not None:
+        body["service_tier"] = endpoint.service_tier
+    if endpoint.extra_body:
+        body.update(endpoint.extra_body)
+    return body
+
+
+def passes_through(request: ChatRequest) -> bool:
+    """Same API in and out (a Responses client): lossless. A continuation of a stored response is
+    not: its history is the gateway's, in chat messages, so it is translated."""
+    client = request.client_body
+    return request.api == "responses" and client is not None and client.get("previous_response_id") is None
+
+
+def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
+    if passes_through(request):
+        translator: Any = partial(ResponsesPassThrough, endpoint.model, not request.stream)
+        body = passthrough_body(request.client_body, endpoint)  # type: ignore[arg-type]
+        return Outgoing(orjson.dumps(body), "/responses", None, translator)
+    return Outgoing(orjson.dumps(responses_body(request.body, endpoint)), "/responses", None, ResponsesTranslator)
+
+
+class ResponsesTranslator:
+    """OpenAI Responses stream events -> chat-completion chunks (a `Translator`)."""
+
+    def __init__(self) -> None:
+        self.head = ChunkHead(created=int(time.time()))
+        self.served_tier: str | None = None
+        self._calls: dict[Any, int] = {}  # output_index -> tool call index
+
+    def _finish(self, response: dict[str, Any]) -> list[Chunk]:
+        if isinstance(response.get("service_tier"), str):
+            self.served_tier = response["service_tier"]
+        usage = response.get("usage") or {}
+        finish = "tool_calls" if self._calls else "stop"
+        if response.get("status") == "incomplete":
+            reason = (response.get("incomplete_details") or {}).get("reason")
+            finish = "content_filter" if reason == "content_filter" else "length"
+        total = chat_usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
+                           int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0),
+                           reasoning=int((usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0))
+        return [self.head.chunk(finish=finish), self.head.usage_chunk(total, self.served_tier), END]
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        event = loads(payload)
+        if event is None:
+            return None  # malformed: the reader counts it
+        return self.translate(event)
+
+    def translate(self, event: dict[str, Any]) -> list[Chunk]:
+        kind = event.get("type")
+        if kind == "response.output_text.delta":
+            return [self.head.chunk({"content": event.get("delta", "")})]
+        if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            return [self.head.chunk({"reasoning_content": event.get("delta", "")})]
+        if kind == "response.function_call_arguments.delta" and event.get("output_index") in self._calls:
+            call = {"index": self._calls[event["output_index"]], "function": {"arguments": event.get("delta", "")}}
+            return [self.head.chunk({"tool_calls": [call]})]
+        if kind == "response.output_item.added":
+            item = event.get("item") or {}
+            if item.get("type") == "function_call":
+                index = self._calls[event.get("output_index")] = len(self._calls)
+                call = {"index": index, "id": item.get("call_id", ""), "type": "function",
+                        "function": {"name": item.get("name", ""), "arguments": ""}}
+                return [self.head.chunk({"tool_calls": [call]})]
+            return []
+        if kind == "response.created":
+            response = event.get("response") or {}
+            self.head.id, self.head.model = str(response.get("id", "")), str(response.get("model", ""))
+            return [self.head.chunk({"role": "assistant", "content": ""})]
+        if kind in ("response.completed", "response.incomplete"):
+            return self._finish(event.get("response") or {})
+        if kind == "response.failed":
+            error = (event.get("response") or {}).get("error") or {}
+            return [error_chunk(str(error.get("message") or "the response failed"), 502, error.get("code"))]
+        if kind == "error":
+            status = 429 if event.get("code") == "rate_limit_exceeded" else 502
+            return [error_chunk(str(event.get("message") or "upstream error"), status, event.get("code"))]
+        return []
+
+
+_DELTA = b'{"type":"response.'
+# Delta events a pass-through forwards unparsed, and what each counts as for the meter.
+_DELTA_TOKENS = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_call_arguments.delta": ANSWER_TOKEN,
+                 b"response.reasoning_text.delta": REASONING_TOKEN,
+                 b"response.reasoning_summary_text.delta": REASONING_TOKEN}
+
+
+class ResponsesPassThrough(ResponsesTranslator):
+    """Pass-through for a Responses client: every event still translated (so it is measured) and
+    kept as it came -- reasoning items with encrypted_content, unknown items -- for the client: as
+    SSE events to `take()` while streaming, or the final `response` (`result()`) when `whole`. Only
+    `response.model` becomes the public name."""
+
+    passthrough = True
+
+    def __init__(self, model: str, whole: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.whole = whole
+        self._out: list[bytes] = []
+        self._final: dict[str, Any] = {}
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        if payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
+            end = payload.find(b'"', len(_DELTA))
+            kind = payload[len(_DELTA) - len(b"response."):end]
+            token = _DELTA_TOKENS.get(kind)
+            if token is not None:
+                if not self.whole:
+                    self._out.append(b"event: " + kind + b"\ndata: " + payload + b"\n\n")
+                return token
+        event = loads(payload)
+        if event is None:
+            return None
+        kind = event.get("type")
+        response = event.get("response")
+        if isinstance(response, dict) and "model" in response:
+            response["model"] = self.model
+            payload = orjson.dumps(event)
+            if kind in ("response.completed", "response.incomplete"):
+                self._final = response
+        if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
+            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+        return self.translate(event)
+
+    def take(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def result(self) -> dict[str, Any]:
+        return self._final

@@ -1,0 +1,94 @@
+"""What every upstream API module makes: the request to send, and the translator of its stream.
+
+`Outgoing` is one request on the wire. A `Translator` reads one upstream API's SSE events (their
+`data:` payloads, in order) and returns the chat-completion chunks they mean (dicts, as the stream
+reader would have parsed them: no JSON round trip), `END` at the end, None for a malformed event; it
+keeps what it needs between events (open blocks, usage) and the tier the provider reports
+(`served_tier`). `chunk()` and `usage_chunk()` build those chunks in the shape the rest of the
+gateway reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+
+Chunk = dict[str, Any]
+END: Chunk = {"object": "end"}  # the end of the answer (chat's `[DONE]`); compared by identity
+
+
+# What a pass-through stream's token events count as: the meter needs the kind of token, not its
+# text (the client gets the upstream's own event). Shared and never changed.
+ANSWER_TOKEN: list[Chunk] = [{"choices": [{"delta": {"content": "-"}}]}]
+REASONING_TOKEN: list[Chunk] = [{"choices": [{"delta": {"reasoning_content": "-"}}]}]
+NO_TOKEN: list[Chunk] = []
+
+
+class Translator(Protocol):
+    served_tier: str | None
+
+    def events(self, payload: bytes) -> list[Chunk] | None: ...
+
+
+class Outgoing(NamedTuple):
+    """(A tuple: made once per attempt, and a frozen dataclass costs a setattr call per field.)"""
+
+    body: bytes
+    path: str  # under the provider's base_url
+    headers: Mapping[str, str] | None = None  # besides the provider's own
+    translator: Callable[[], Translator] | None = None  # None: the stream is chat chunks already
+
+
+@dataclass(slots=True)
+class ChunkHead:
+    """The fields every chat chunk of one answer repeats."""
+
+    id: str = ""
+    model: str = ""
+    created: int = 0
+
+    def chunk(self, delta: dict[str, Any] | None = None, finish: str | None = None) -> Chunk:
+        choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [choice]}
+
+    def usage_chunk(self, usage: dict[str, Any], tier: str | None) -> Chunk:
+        out: Chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                      "model": self.model, "choices": [], "usage": usage}
+        if tier is not None:
+            out["service_tier"] = tier
+        return out
+
+
+def error_chunk(message: str, status: int, kind: str | None) -> Chunk:
+    """An error event as the stream reader raises it (its `code`: the HTTP status it stands for)."""
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def chat_usage(prompt: int, completion: int, cached: int = 0, cache_write: int = 0,
+               reasoning: int | None = None) -> dict[str, Any]:
+    """Usage in chat completions' shape: prompt tokens include cached ones (OpenAI's convention);
+    Anthropic's cache writes are kept as `cache_creation_input_tokens` for pricing."""
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion,
+                             "prompt_tokens_details": {"cached_tokens": cached}}
+    if cache_write:
+        usage["cache_creation_input_tokens"] = cache_write
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
+
+
+def loads(payload: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return value if type(value) is dict else None
+
+
+__all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "Outgoing", "Translator",
+           "chat_usage", "error_chunk", "loads"]
