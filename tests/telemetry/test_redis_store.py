@@ -171,8 +171,9 @@ async def test_writes_are_batched_per_interval_not_per_sample(private_redis, sto
     # straddles a 10 s bucket boundary, which these ~1.5 s do at most once. Per sample it would be 500 x 34.
     assert incr <= (flushes + 1) * 34, (incr, flushes)
     # per flush: those + the EVAL carrying them, its dedup SET, EXPIREs, directory and in-flight upkeep
-    # (Redis counts the commands a script runs, so this is the real work per flush)
-    assert total <= flushes * 50, (total, flushes)
+    # (Redis counts the commands a script runs, so this is the real work per flush). The field writes
+    # are bounded above (a straddled bucket boundary writes a second bucket once), the upkeep here.
+    assert total - incr <= flushes * 16, (total, incr, flushes)
     assert incr < 500 and total < 500  # i.e. nothing per sample
     assert calls(cmd1, "eval") - calls(cmd0, "eval") <= flushes  # one EVAL per flush round trip
     # and the data is all there
