@@ -12,7 +12,7 @@ COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 # The package's data files (the built-in named policies, dashboard/index.html, bench/prompts.yaml) are
 # package data: installed with the code. `pip install .` resolves pyproject.toml's bounds, the same as
-# `make install` (aiohttp's matter: gateway/upstream_aiohttp.py leans on its internals).
+# `make install` (aiohttp's matter: gateway/upstreams/aiohttp_tuned.py leans on its internals).
 RUN pip install . \
     && useradd --system --uid 10001 --no-create-home ultraroute
 

@@ -18,7 +18,7 @@ three routers pay the same proxy hop (on a busy shared machine that hop costs fa
 - ultraroute: through a real gateway process, `provider.sort: throughput` (+ `speed: ultrafast` where
   the scenario has an ultrafast tier). It learns only from what it sees: started after the other two
   have run, with `health.warm_up: true` (one short completion to each endpoint before it is ready;
-  gateway/warm_up.py), then from the race's own requests.
+  gateway/health/warm_up.py), then from the race's own requests.
 
 Prints per router: aggregate output tok/s and its share of the oracle's, per-user decode p25/p50,
 TTFT and end-to-end p50/p95, success rate, and the share of requests per endpoint.

@@ -8,7 +8,8 @@ apis/count_tokens.py, which calls no upstream); `GET /v1/responses` upgraded to 
 the telemetry view, the Prometheus registry (`/metrics`) or serve the live page (`/dashboard`). Every
 response carries `x-request-id` (the client's, if it sent a sane one). `app.state.services` holds the
 current services (a reload replaces it; `serve/reload.py`), `app.state.drain` the shutdown switch
-(`serve/drain.py`): `/healthz` is readiness (503 while warming up, warm_up.py, and while draining), `/livez` liveness.
+(`serve/drain.py`): `/healthz` is readiness (503 while warming up, health/warm_up.py, and while
+draining), `/livez` liveness.
 
 The client API routes are served as plain ASGI handlers (`GatewayApp.fast_routes`), before FastAPI's
 middleware, exception and routing layers: those cost ~25% of the gateway's CPU per completion under
@@ -46,7 +47,6 @@ from gateway.apis.stored import RESPONSES
 from gateway.config import Config
 from gateway.dashboard import MEDIA_TYPE as DASHBOARD_MEDIA_TYPE
 from gateway.dashboard import load_page
-from gateway.endpoint_view import endpoint_json, history_json
 from gateway.errors import (
     ClientClosed,
     GatewayError,
@@ -55,14 +55,15 @@ from gateway.errors import (
     error_body,
 )
 from gateway.explain import plan_json
-from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gateway.observability.endpoint_view import endpoint_json, history_json
+from gateway.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.parse import MAX_MODEL_NAME
 from gateway.schemas import error_responses
 from gateway.serve.drain import Drain, DrainGate
 from gateway.serve.overload import Admission
 from gateway.serve.reload import Reloader
 from gateway.services import Services, open_services
-from gateway.upstream import TransportFactory
+from gateway.upstreams.client import TransportFactory
 
 log = logging.getLogger("ultraroute")
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -403,7 +404,7 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
                                                        "SIGTERM: send no requests now"}})
     async def healthz(request: Request) -> JSONResponse:
         """Readiness, and which replica answered (`serve --workers N`: which worker): 200 while it takes
-        requests; 503 while it measures its endpoints at start (warm_up.py) and from SIGTERM on."""
+        requests; 503 while it measures its endpoints at start (health/warm_up.py) and from SIGTERM on."""
         services = services_of(request)
         status = "draining" if drain.draining else \
             "warming_up" if services.warm_up is not None and not services.warm_up.done else "ok"

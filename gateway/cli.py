@@ -44,7 +44,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from gateway.report import print_catalogue
+    from gateway.observability.report import print_catalogue
 
     catalogue, _ = load_catalogue(Path(args.file))
     print_catalogue(catalogue, args.file)
@@ -52,8 +52,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _policies(args: argparse.Namespace) -> int:
+    from gateway.observability.report import print_policies
     from gateway.policy import load_policies
-    from gateway.report import print_policies
 
     directory = policies_dir(args.dir or None, Path(args.config))
     assert directory is not None  # only "" means none, and it is read as "not given" here
@@ -63,7 +63,7 @@ def _policies(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from gateway.report import watch_stats
+    from gateway.observability.report import watch_stats
 
     watch_stats(args.url, args.interval, once=args.once)
     return 0

@@ -238,7 +238,7 @@ class HealthFile(_Frozen):
     probe: bool = True  # probe open circuits in the background (a 1-token completion)
     probe_interval_s: float = Field(default=5.0, gt=0, le=300)  # between probes of one endpoint, jittered
     max_open_s: float = Field(default=60.0, gt=0)  # failed probes keep a circuit open at most this long
-    # At start, measure each chat endpoint no replica has measured (warm_up.py); /healthz waits for it.
+    # At start, measure each chat endpoint no replica has measured (health/warm_up.py); /healthz waits for it.
     warm_up: bool = False
     warm_up_tokens: int = Field(default=32, ge=2, le=1024)  # output tokens of each warm-up completion
     warm_up_timeout_s: float = Field(default=10.0, gt=0, le=300)  # ready after this long, measured or not

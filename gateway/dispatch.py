@@ -1,4 +1,4 @@
-"""Stage 4, dispatch: walk the plan until one endpoint passes the first-chunk gate (an attempt: attempt.py).
+"""Stage 4, dispatch: walk the plan until one endpoint passes the first-chunk gate (an attempt: upstreams/attempt.py).
 
 One visible loop over the ordered candidates (`Dispatcher.dispatch`): the requested model's
 endpoints, then each fallback model's. For each: skip it if the health board blocks it (open
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.attempt import open_attempt, outcome_of, outgoing, prompt_estimate
 from gateway.config import Endpoint
 from gateway.context import Attempt, ChatRequest, Plan
 from gateway.errors import (
@@ -37,7 +36,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamMisconfigured,
 )
-from gateway.health import HealthBoard
+from gateway.health.board import HealthBoard
 from gateway.record import Recorder, make_sample
 from gateway.retry import (
     RetryBudget,
@@ -53,12 +52,13 @@ from gateway.serve.lag import LoopLag
 from gateway.shaper import Shaper, estimated_tokens
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream import Upstreams
-from gateway.upstream_stream import Meter, UpstreamStream
 from gateway.upstreams import passes_through
+from gateway.upstreams.attempt import open_attempt, outcome_of, outgoing, prompt_estimate
+from gateway.upstreams.client import Upstreams
+from gateway.upstreams.stream import Meter, UpstreamStream
 
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
-# A probe that measures a decode rate (warm_up.py) asks for a long answer and is cut at its max_tokens.
+# A probe that measures a decode rate (health/warm_up.py) asks for a long answer and is cut at its max_tokens.
 MEASURE_PROMPT = "Count from 1 to 200, one number per line."
 
 
@@ -339,8 +339,8 @@ class Dispatcher:
             self.health.cool_down(endpoint, err.retry_after_s if err.retry_after_s is not None else 1.0)
 
     async def probe(self, endpoint: Endpoint, max_tokens: int = 1) -> AttemptSample:
-        """A 1-token completion outside any client request (`health_probe.py`), or one of `max_tokens`
-        that measures a decode rate (`warm_up.py`): within the endpoint's first-token budget, recorded
+        """A 1-token completion outside any client request (`health/probe.py`), or one of `max_tokens`
+        that measures a decode rate (`health/warm_up.py`): within the endpoint's first-token budget, recorded
         in telemetry and costed, but not as a client attempt (no in-flight count, no capacity slot, no
         breaker observation: the caller reports the result)."""
         if max_tokens == 1:

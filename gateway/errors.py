@@ -22,7 +22,7 @@
     │   ├── UpstreamTimeout           504     timeout                 yes
     │   ├── UpstreamUnreachable       502     api_error               yes
     │   ├── UpstreamMisconfigured     502     api_error               no   (the provider refused our key)
-    │   └── StreamBroken              502/504 after the first token (upstream_stream.py): ends or resumes
+    │   └── StreamBroken              502/504 after the first token (upstreams/stream.py): ends or resumes
     └── AllCandidatesFailed           (the last failure's)  every candidate failed; carries them all
 
 Every error knows its HTTP status, OpenAI `type` and `code`, the offending `param`, whether another

@@ -6,14 +6,17 @@
                   + recall: a stored conversation it continues        chat's is parse.py; sessions/)
     2. resolve    body > headers > model suffix > named policy > key's policy > default -> Preferences
     3. select     catalogue + live stats -> Plan: ordered candidates  (routing/)
-    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py), each asked in
-                  the API its provider speaks, its stream read as chat chunks  (upstreams/)
-    5. relay      stream it to the client, or assemble the JSON       (relay.py), rendered in the
-                  client API's shape: its JSON or its stream events   (apis/: render_json, stream_renderer)
+    4. dispatch   walk the plan until one endpoint produces a token   (dispatch.py), past any whose
+                  circuit is open (health/board.py); each attempt (upstreams/attempt.py) asks in the
+                  API its provider speaks, its stream read as chat chunks  (upstreams/)
+    5. relay      stream it to the client, or assemble the JSON       (relay.py, upstreams/assemble.py),
+                  rendered in the client API's shape: its JSON or its stream events
+                                                                      (apis/: render_json, stream_renderer)
                   -- or, same API in and out, the upstream's own events and
                   answer, passed through                              (upstreams/passthrough.py)
     6. record     timings, tokens and cost of every attempt; the key's usage and spend (record.py);
-                  then the adapter's `after` (a Responses answer with `store: true` is stored)
+                  metrics and the access log (observability/); then the adapter's `after` (a
+                  Responses answer with `store: true` is stored)
 
 `handle()` composes them for an HTTP request; `serve_events()` runs stages 4-6 for a response that
 goes out another way (the Responses WebSocket, apis/responses_ws.py, which plans it with `prepare`).
@@ -40,19 +43,19 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.chat import ChatApi
-from gateway.attempt import dropped_for, outcome_of
 from gateway.context import Attempt, ChatRequest, RequestContext
 from gateway.dispatch import Served
 from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError
 from gateway.explain import metadata_json
-from gateway.metrics import count_fallback
+from gateway.observability.metrics import count_fallback
 from gateway.parse import header_map, read_body
 from gateway.relay import ChunkBatches, Ended, collect, sse_body
 from gateway.services import Services
-from gateway.sse import encode_event
 from gateway.telemetry.sample import AttemptSample, Outcome
-from gateway.upstream_stream import UpstreamStream
+from gateway.upstreams.attempt import dropped_for, outcome_of
 from gateway.upstreams.passthrough import NativeAnswer, PassThrough
+from gateway.upstreams.sse import encode_event
+from gateway.upstreams.stream import UpstreamStream
 
 CHAT = ChatApi()
 

@@ -12,12 +12,12 @@ import time
 
 from gateway.capacity import Capacity
 from gateway.config import Endpoint
-from gateway.health import HealthBoard
-from gateway.metrics import Metrics
+from gateway.health.board import HealthBoard
+from gateway.observability.metrics import Metrics
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream_stream import PROGRESS_MIN_CHUNKS, Meter
+from gateway.upstreams.stream import PROGRESS_MIN_CHUNKS, Meter
 
 log = logging.getLogger("ultraroute")
 

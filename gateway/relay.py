@@ -1,4 +1,4 @@
-"""Stage 5, relay: hand an upstream stream's batches (upstream_stream.py) to the client.
+"""Stage 5, relay: hand an upstream stream's batches (upstreams/stream.py) to the client.
 
 Two ways out to the client: `sse_body()` passes each batch on as soon as it arrives (no buffering),
 as the provider's own bytes: only `model` is changed to the public name (`PublicModel`, a byte
@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.assemble import CompletionAssembler
 from gateway.errors import GatewayError
-from gateway.sse import DONE_EVENT, encode_event
-from gateway.upstream_stream import Event, UpstreamStream
+from gateway.upstreams.assemble import CompletionAssembler
+from gateway.upstreams.sse import DONE_EVENT, encode_event
+from gateway.upstreams.stream import Event, UpstreamStream
 
 
 @dataclass(frozen=True, slots=True)

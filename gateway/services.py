@@ -19,14 +19,15 @@ from gateway.access.gate import Access
 from gateway.access.keyring import KeyRing
 from gateway.access.ledger import Ledger
 from gateway.access.store import KeyStore, open_key_store
-from gateway.accesslog import AccessLog
 from gateway.capacity import Capacity
 from gateway.config import Config
 from gateway.dispatch import Dispatcher, DispatchLimits
-from gateway.health import BreakerSettings, HealthBoard
-from gateway.health_probe import ProbeLock, Prober
-from gateway.health_share import HealthSharing
-from gateway.metrics import Metrics, store_redis_errors
+from gateway.health.board import BreakerSettings, HealthBoard
+from gateway.health.probe import ProbeLock, Prober
+from gateway.health.share import HealthSharing
+from gateway.health.warm_up import WarmUp
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics, store_redis_errors
 from gateway.preferences import Resolver
 from gateway.record import Recorder
 from gateway.retry import RetryBudget
@@ -36,9 +37,8 @@ from gateway.sessions import Sessions, open_sessions
 from gateway.shaper import Shaper
 from gateway.telemetry import make_store
 from gateway.telemetry.store import TelemetryStore
-from gateway.upstream import TransportFactory, Upstreams
-from gateway.upstream_aiohttp import connector_class
-from gateway.warm_up import WarmUp
+from gateway.upstreams.aiohttp_tuned import connector_class
+from gateway.upstreams.client import TransportFactory, Upstreams
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.attempt import dropped_for, upstream_body
 from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.errors import AllCandidatesFailed, GatewayError, UpstreamError, error_body
-from gateway.health import HealthBoard
+from gateway.health.board import HealthBoard
 from gateway.record import Recorder
 from gateway.relay import collect
 from gateway.retry import RetryBudget
@@ -29,7 +28,8 @@ from gateway.routing.figures import Figures
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
-from gateway.upstream import REDACTED, Upstreams
+from gateway.upstreams.attempt import dropped_for, upstream_body
+from gateway.upstreams.client import REDACTED, Upstreams
 
 CATALOGUE = """
 providers:

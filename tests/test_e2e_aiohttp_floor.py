@@ -1,6 +1,6 @@
 """The gateway on the lowest aiohttp pyproject.toml allows, and on the release just below it.
 
-gateway/upstream_aiohttp.py leans on aiohttp's internals, so pyproject.toml bounds aiohttp to the
+gateway/upstreams/aiohttp_tuned.py leans on aiohttp's internals, so pyproject.toml bounds aiohttp to the
 releases they were tested on. Each aiohttp here is installed once with pip `--target` under
 `.venv/third-party-aiohttp/` (aiohttp only: its dependencies are the venv's) and put first on the
 gateway's PYTHONPATH. On the floor the tuned classes run, with no warning, and pass their pinning tests;
@@ -88,7 +88,7 @@ def test_the_floor_runs_the_tuned_classes_and_their_pinning_tests(sim: SimProces
     assert text
     assert WARNING not in log
     pinning = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "tests/test_upstream_aiohttp.py"], env={**os.environ, **env}, cwd=ROOT,
+                              "tests/upstreams/test_aiohttp_tuned.py"], env={**os.environ, **env}, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert pinning.returncode == 0, pinning.stdout[-3000:]
 

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from gateway.upstream import REDACTED
+from gateway.upstreams.client import REDACTED
 from tests.harness import GatewayProcess, catalogue_for
 
 USER = [{"role": "user", "content": "Tell me a secret."}]

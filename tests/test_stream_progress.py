@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 
 from gateway.config import Endpoint
-from gateway.health import HealthBoard
+from gateway.health.board import HealthBoard
 from gateway.record import Recorder
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import Outcome
-from gateway.upstream_stream import FIRST_PROGRESS_S, PROGRESS_MIN_CHUNKS, PROGRESS_S, Meter, UpstreamStream
+from gateway.upstreams.stream import FIRST_PROGRESS_S, PROGRESS_MIN_CHUNKS, PROGRESS_S, Meter, UpstreamStream
 from tests.routing.helpers import catalogue, endpoint
 
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from gateway.access.keys import ApiKey
-from gateway.assemble import CompletionAssembler
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest, RequestContext
 from gateway.errors import GatewayError, error_body
 from gateway.relay import Assembler
 from gateway.schemas import AnthropicErrorResponse, ErrorResponse
+from gateway.upstreams.assemble import CompletionAssembler
 
 if TYPE_CHECKING:  # services imports the dispatcher, which imports the relay
     from gateway.services import Services

@@ -15,12 +15,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from gateway.apis.messages import MessagesApi
-from gateway.attempt import prompt_estimate
 from gateway.context import ChatRequest
 from gateway.errors import GatewayError
 from gateway.parse import header_map, read_body
 from gateway.schemas import error_responses
 from gateway.services import Services
+from gateway.upstreams.attempt import prompt_estimate
 
 PATH = "/v1/messages/count_tokens"
 

@@ -37,11 +37,11 @@ from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.messages_content import Translation, bad, field_name, system_text
 from gateway.apis.messages_render import MessagesStream, render_message
 from gateway.apis.schemas import MESSAGES_REQUEST
-from gateway.attempt import prompt_estimate
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest
 from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
+from gateway.upstreams.attempt import prompt_estimate
 
 ROUTING_FIELDS = ("provider", "speed", "models", "session_id", "route", "transforms", "usage")
 # Fields translated here; any other is dropped and named.

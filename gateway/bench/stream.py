@@ -22,7 +22,7 @@ import httpx
 import orjson
 
 from gateway.bench.models import RequestResult
-from gateway.sse import DONE, SSEDecoder
+from gateway.upstreams.sse import DONE, SSEDecoder
 
 _ERROR_BODY_BYTES = 300  # enough of an error body to name the problem in the table
 

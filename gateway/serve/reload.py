@@ -25,7 +25,7 @@ from typing import Any
 from gateway.config import Config, ConfigError, load_config
 from gateway.serve.drain import Drain, Flight
 from gateway.services import Services, reconfigure
-from gateway.upstream import Upstreams
+from gateway.upstreams.client import Upstreams
 
 log = logging.getLogger("ultraroute")
 

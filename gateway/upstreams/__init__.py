@@ -4,6 +4,19 @@
                        gateway's own event language, so its stream is read as it is
     anthropic          Anthropic Messages: `speed` and its beta header, `x-api-key`
     openai_responses   OpenAI Responses
+    wire               what they share: `Outgoing` (a request to send) and the `Translator` protocol
+    passthrough        a same-API client handed the upstream's own events and answer
+
+and the plumbing every API shares:
+
+    client             the only HTTP client of providers: one pooled aiohttp session per provider
+                       (httpx only as the tests' `MockTransport` seam)
+    aiohttp_tuned      aiohttp's connection tuned for streams: less Python per HTTP chunk
+    attempt            one attempt at one endpoint up to its first token: the request, a non-200
+                       turned into its error, the first-chunk gate
+    stream             reading one upstream stream: the first-token gate, the batches after it, timings
+    sse                splitting a byte stream into `data:` payloads, and writing events back out
+    assemble           one `chat.completion` from streamed chunks, for clients that did not stream
 
 Each module makes the `Outgoing` request of a `ChatRequest` for an endpoint (body, path, headers)
 and, for an API that is not chat completions, a `Translator` that turns that API's stream events

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from gateway.apis.messages import MessagesApi, translate
-from gateway.attempt import dropped_for, prompt_estimate, upstream_body
 from gateway.config import GatewayFile, load_catalogue
 from gateway.errors import InvalidRequest, Untranslatable
+from gateway.upstreams.attempt import dropped_for, prompt_estimate, upstream_body
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 USER = [{"role": "user", "content": "x"}]

@@ -1,4 +1,4 @@
-"""`gateway.accesslog`: one JSON line per request, with no prompt text and never a key.
+"""`gateway.observability.accesslog`: one JSON line per request, with no prompt text and never a key.
 
 Unit tests of the line and its queueing, then the real thing: a gateway process whose provider has a
 key, requests whose prompts carry a canary, and its output read back line by line.
@@ -17,11 +17,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.accesslog import AccessLog
 from gateway.config import build_catalogue, parse_catalogue
 from gateway.context import Attempt
 from gateway.dispatch import Served
 from gateway.errors import AllCandidatesFailed, ModelNotFound, UpstreamError
+from gateway.observability.accesslog import AccessLog
 from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.harness import GatewayProcess
 from tests.observability.conftest import SECRET_KEY

@@ -1,4 +1,4 @@
-"""`gateway.loop_metrics`: lock-free families render what prometheus-client's own would."""
+"""`gateway.observability.loop_metrics`: lock-free families render what prometheus-client's own would."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.loop_metrics import LoopFamily
+from gateway.observability.loop_metrics import LoopFamily
 
 BOUNDS = (0.1, 0.25, 1.0)
 

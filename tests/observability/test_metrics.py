@@ -1,4 +1,4 @@
-"""`gateway.metrics`: what the registry holds after recording attempts, fallbacks, retries and circuits.
+"""`gateway.observability.metrics`: what the registry holds after recording attempts, fallbacks, retries and circuits.
 
 Unit tests, no processes: a two-endpoint catalogue, samples recorded directly or through the Recorder.
 """
@@ -17,13 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import Catalogue, Endpoint, build_catalogue, parse_catalogue
 from gateway.context import Attempt, Plan, Spill
 from gateway.dispatch import Served, Skip
-from gateway.health import HealthBoard
-from gateway.metrics import LATENCY_BUCKETS, TPS_BUCKETS, Metrics, count_fallback
+from gateway.health.board import HealthBoard
+from gateway.observability.metrics import LATENCY_BUCKETS, TPS_BUCKETS, Metrics, count_fallback
 from gateway.record import Recorder
 from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
-from gateway.upstream_stream import Meter
+from gateway.upstreams.stream import Meter
 
 ALLOWED_LABELS = {"api", "model", "endpoint", "provider", "tier", "status", "kind", "from_tier", "to_tier", "reason",
                   "le"}

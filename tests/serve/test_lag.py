@@ -20,7 +20,7 @@ from gateway.config import Catalogue, load_catalogue
 from gateway.context import Candidate, ChatRequest, Plan
 from gateway.dispatch import Dispatcher, DispatchLimits
 from gateway.errors import GatewayError
-from gateway.health import HealthBoard
+from gateway.health.board import HealthBoard
 from gateway.record import Recorder
 from gateway.relay import collect
 from gateway.retry import RetryBudget
@@ -28,7 +28,7 @@ from gateway.routing.figures import Figures
 from gateway.routing.router import Router
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry import MemoryStore
-from gateway.upstream import Upstreams
+from gateway.upstreams.client import Upstreams
 
 # The endpoint's first-token budget and the stall timeout: well over the upstream's 0.15 s, because
 # on a starved machine (two suites on two cores) the process also waits for a CPU between the lag

@@ -72,9 +72,13 @@ def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> Iterator[None]:
+def _fresh(request: pytest.FixtureRequest) -> Iterator[None]:
+    # Only a test that uses the simulator starts it and gets it reset: the unit tests of the shared
+    # plumbing in this folder (client, stream, sse, ...) need neither.
+    sim: SimProcess | None = request.getfixturevalue("sim") if "sim" in request.fixturenames else None
     yield
-    sim.reset(profiles=True)
+    if sim is not None:
+        sim.reset(profiles=True)
 
 
 def chat(gw: GatewayProcess) -> openai.OpenAI:

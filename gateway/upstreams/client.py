@@ -11,7 +11,7 @@ httpx client costs ~2.5 ms of CPU per request, httpx over aiohttp (`httpx-aiohtt
 itself ~0.35 ms; httpx's own wrapping was most of the gateway's budget. aiohttp's connector takes an
 idle connection from a per-host deque in O(1), so one pool per provider is enough (httpcore scanned
 every connection per request, which is why pools used to be sharded). Its connections are tuned for
-streams in upstream_aiohttp.py.
+streams in upstreams/aiohttp_tuned.py.
 
 The test seam stays httpx's: given a `transport_factory` (e.g. one returning `httpx.MockTransport`),
 `Upstreams` sends through an `httpx.AsyncClient` on that transport instead, and returns the
@@ -30,7 +30,7 @@ import httpx
 from yarl import URL
 
 from gateway.config import Endpoint, Provider
-from gateway.upstream_aiohttp import StreamConnector
+from gateway.upstreams.aiohttp_tuned import StreamConnector
 
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
 
@@ -76,7 +76,7 @@ def _scrub_text(text: str, key: str) -> str:
 
 class UpstreamResponse(Protocol):
     """A provider's response, status and headers read, body not yet (both clients' responses fit).
-    An aiohttp response also has `read_now()`, which upstream_stream.py uses where it is present."""
+    An aiohttp response also has `read_now()`, which upstreams/stream.py uses where it is present."""
 
     @property
     def status_code(self) -> int: ...

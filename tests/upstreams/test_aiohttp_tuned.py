@@ -1,4 +1,4 @@
-"""The provider connection's tuning (gateway/upstream_aiohttp.py), over real loopback sockets.
+"""The provider connection's tuning (gateway/upstreams/aiohttp_tuned.py), over real loopback sockets.
 
 A raw asyncio server writes each answer in the pieces a test chooses, with a pause between them, so
 that a piece is (most likely) a network read of its own at the client. Whatever the split, the bytes
@@ -19,8 +19,8 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
 from gateway.config import Endpoint, build_catalogue, parse_catalogue
-from gateway.upstream import TRANSPORT_ERRORS, Upstreams
-from gateway.upstream_aiohttp import LeanReader, StreamConnector, connector_class, missing_internals
+from gateway.upstreams.aiohttp_tuned import LeanReader, StreamConnector, connector_class, missing_internals
+from gateway.upstreams.client import TRANSPORT_ERRORS, Upstreams
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 

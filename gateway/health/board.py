@@ -88,7 +88,7 @@ class HealthBoard:
         self._states: dict[str, _State] = {}
         self.on_change: Callable[[Endpoint, bool], None] | None = None  # (endpoint, circuit open)
         # endpoint key -> (reason, wall-clock end) or (None, wall-clock time it closed): for other
-        # replicas to learn (health_share.py)
+        # replicas to learn (health/share.py)
         self._changes: dict[str, tuple[str | None, float]] = {}
 
     def _state(self, key: str) -> _State:
@@ -179,7 +179,7 @@ class HealthBoard:
                       endpoint.provider.name, status, endpoint.key)
         state.misconfigured = True
 
-    # -- background probes (health_probe.py) ---------------------------------------------------
+    # -- background probes (health/probe.py) ---------------------------------------------------
     def wants_probe(self, endpoint: Endpoint) -> bool:
         """Open for errors (not for its SLO, not misconfigured) and no probe in flight."""
         state = self._states.get(endpoint.key)
@@ -210,7 +210,7 @@ class HealthBoard:
             self._changes[endpoint.key] = (state.open_reason, time.time() + until - self._clock())
             state.open_until = until
 
-    # -- sharing with other replicas (see health_share.py) --------------------------------------
+    # -- sharing with other replicas (see health/share.py) --------------------------------------
     def take_changes(self) -> dict[str, tuple[str | None, float]]:
         changes, self._changes = self._changes, {}
         return changes

@@ -10,7 +10,7 @@ With `health.warm_up: true`, at start each chat endpoint with no decode rate mea
 routing window (`STATS_WINDOW_S`) -- by this replica or, with Redis, by any (the first read of the
 shared view is awaited, at most `VIEW_WAIT_S`) -- is sent one streamed completion of
 `health.warm_up_tokens` output tokens, all at once (at most `CONCURRENCY` in flight). Its TTFT and
-decode rate are recorded as the probes of open circuits are (health_probe.py): in telemetry and in
+decode rate are recorded as the probes of open circuits are (health/probe.py): in telemetry and in
 the router's speed model, costed, counted in `ultraroute_probes_total`, logged with `"probe": true`,
 never charged to a key. `/healthz` answers 503 `warming_up` until every one has answered or
 `health.warm_up_timeout_s` has passed; requests that come earlier are served, on what is known.
@@ -26,11 +26,11 @@ import asyncio
 import logging
 import time
 
-from gateway.accesslog import AccessLog
 from gateway.background import cancel_and_wait
 from gateway.config import Endpoint
 from gateway.dispatch import Dispatcher
-from gateway.metrics import Metrics
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.routing.router import STATS_WINDOW_S, Router
 from gateway.telemetry.store import TelemetryStore
 

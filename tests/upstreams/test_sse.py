@@ -1,6 +1,6 @@
 import random
 
-from gateway.sse import SSEDecoder
+from gateway.upstreams.sse import SSEDecoder
 
 
 def test_split_across_reads_crlf_comments_and_multiline() -> None:

@@ -6,10 +6,10 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
-from gateway.accesslog import AccessLog
-from gateway.health import BreakerSettings, HealthBoard
-from gateway.health_probe import ProbeLock, Prober
-from gateway.metrics import Metrics
+from gateway.health.board import BreakerSettings, HealthBoard
+from gateway.health.probe import ProbeLock, Prober
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.harness import free_port
 from tests.routing.helpers import catalogue, endpoint

@@ -1,4 +1,4 @@
-from gateway.assemble import CompletionAssembler
+from gateway.upstreams.assemble import CompletionAssembler
 
 
 def chunk(delta: dict, finish: str | None = None, **extra: object) -> dict:

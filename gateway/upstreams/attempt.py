@@ -22,11 +22,11 @@ from gateway.retry import anthropic_limit_exhausted, rate_limit_exhausted, retry
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
-from gateway.upstream import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
-from gateway.upstream_stream import Meter, StreamBroken, TranslatedStream, UpstreamStream
 from gateway.upstreams import Outgoing, dropped_for, outgoing
+from gateway.upstreams.client import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
 from gateway.upstreams.openai_chat import UPSTREAM_PATHS
 from gateway.upstreams.openai_chat import chat_body as upstream_body
+from gateway.upstreams.stream import Meter, StreamBroken, TranslatedStream, UpstreamStream
 
 __all__ = ["UPSTREAM_PATHS", "dropped_for", "open_attempt", "outcome_of", "outgoing", "prompt_estimate",
            "upstream_body"]

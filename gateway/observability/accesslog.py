@@ -177,7 +177,7 @@ class AccessLog:
         })
 
     def probe(self, endpoint: Endpoint, sample: AttemptSample) -> None:
-        """A background probe of an open circuit (health_probe.py) or a warm-up completion (warm_up.py):
+        """A background probe of an open circuit (health/probe.py) or a warm-up completion (health/warm_up.py):
         not a client request, so no request id or key; `"probe": true` tells it apart."""
         if not self.logger.isEnabledFor(logging.INFO):
             return

@@ -28,8 +28,8 @@ import orjson
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.serve.lag import Budget, LoopLag
-from gateway.sse import DONE, SSEDecoder
-from gateway.upstream import TRANSPORT_ERRORS, UpstreamResponse, redact
+from gateway.upstreams.client import TRANSPORT_ERRORS, UpstreamResponse, redact
+from gateway.upstreams.sse import DONE, SSEDecoder
 from gateway.upstreams.wire import END, Translator
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gateway.health import BreakerSettings, HealthBoard
+from gateway.health.board import BreakerSettings, HealthBoard
 from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.routing.helpers import catalogue, endpoint
 

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.config import Endpoint, build_catalogue, parse_catalogue
 from gateway.errors import UpstreamError
-from gateway.upstream_stream import Meter, StreamBroken, UpstreamStream
+from gateway.upstreams.stream import Meter, StreamBroken, UpstreamStream
 
 
 class ScriptedResponse:

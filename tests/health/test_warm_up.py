@@ -1,4 +1,4 @@
-"""Warm-up (warm_up.py): which endpoints are measured at start, what one measurement teaches, when it is done."""
+"""Warm-up (health/warm_up.py): which endpoints are measured at start, what one measurement teaches, when it is done."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from gateway.accesslog import AccessLog
-from gateway.metrics import Metrics
+from gateway.health.warm_up import WarmUp
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.routing.router import Router
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import MemoryStore
-from gateway.warm_up import WarmUp
 from tests.routing.helpers import catalogue, endpoint
 
 

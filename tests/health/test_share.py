@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from gateway.health import BreakerSettings, HealthBoard
-from gateway.health_share import HealthSharing
+from gateway.health.board import BreakerSettings, HealthBoard
+from gateway.health.share import HealthSharing
 from gateway.telemetry.sample import AttemptSample, Outcome
 from tests.routing.helpers import catalogue, endpoint
 

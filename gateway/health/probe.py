@@ -3,7 +3,7 @@
 While an endpoint's circuit is open for errors (`HealthBoard.wants_probe`), every `probe_interval_s`
 (jittered by +-20 %, so replicas do not probe in step) this task sends it a 1-token completion
 (`Dispatcher.probe`). A successful probe closes the circuit; a failed one keeps it open, never
-longer than `health.max_open_s` (health.py). No client request is sent to an endpoint while its
+longer than `health.max_open_s` (health/board.py). No client request is sent to an endpoint while its
 circuit is open and probed.
 
 At most one probe per endpoint is in flight across all replicas: a lock in Redis (`SET key token NX
@@ -24,12 +24,12 @@ import logging
 import os
 import random
 
-from gateway.accesslog import AccessLog
 from gateway.background import Outage, cancel_and_wait
 from gateway.config import Endpoint
 from gateway.dispatch import Dispatcher
-from gateway.health import HealthBoard
-from gateway.metrics import Metrics
+from gateway.health.board import HealthBoard
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 from gateway.telemetry.sample import Outcome
 

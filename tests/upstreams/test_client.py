@@ -16,15 +16,15 @@ import orjson
 import pytest
 from pydantic import SecretStr
 
-from gateway.attempt import open_attempt
 from gateway.config import Provider, build_catalogue, parse_catalogue
 from gateway.errors import UpstreamError, error_body
 from gateway.simulator import Simulator
 from gateway.simulator.config import parse_sim_config
-from gateway.upstream import REDACTED, Upstreams, redact
-from gateway.upstream_stream import Meter
 from gateway.upstreams import Outgoing
-from tests.test_upstream_aiohttp import sse_server_response, stream_from_raw_server
+from gateway.upstreams.attempt import open_attempt
+from gateway.upstreams.client import REDACTED, Upstreams, redact
+from gateway.upstreams.stream import Meter
+from tests.upstreams.test_aiohttp_tuned import sse_server_response, stream_from_raw_server
 
 KEY = "sk-live-0123456789abcdefXYZ"
 

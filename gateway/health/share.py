@@ -20,7 +20,7 @@ import orjson
 
 from gateway.background import Outage, cancel_and_wait
 from gateway.config import Endpoint
-from gateway.health import HealthBoard
+from gateway.health.board import HealthBoard
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
 log = logging.getLogger("ultraroute.health")

@@ -18,7 +18,7 @@ chunks sent as 24 or as one): ~12% of a request's instructions. Here:
 aiohttp offers no setting for either class (its C parser makes the reader with a class of its own;
 `_factory` is how its connector makes protocols), so both lean on its internals: pyproject.toml bounds
 aiohttp to the releases that have them (3.14: `resume_reading(resume_parser)`), the loopback tests in
-tests/test_upstream_aiohttp.py pin them, and `connector_class()` checks them once at start-up: where one
+tests/upstreams/test_aiohttp_tuned.py pin them, and `connector_class()` checks them once at start-up: where one
 is missing (an install outside the bounds), the gateway runs aiohttp's stock classes, slower but correct,
 and says so in one warning, rather than fail with a TypeError in the middle of a stream.
 """

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Plan
-from gateway.loop_metrics import LoopCounter, LoopFamily, LoopHistogram
+from gateway.observability.loop_metrics import LoopCounter, LoopFamily, LoopHistogram
 from gateway.telemetry.sample import AttemptSample, Outcome
 
 if TYPE_CHECKING:  # dispatch imports record, which imports this module
