@@ -10,8 +10,11 @@ ignores `stream_options.include_usage` (`stream_usage: false`): its usage is the
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -73,3 +76,14 @@ def last_request(sim: SimProcess, endpoint: str, path: str) -> dict:  # type: ig
     bodies = [r["body"] for r in sim.requests(endpoint) if r["path"] == path]
     assert bodies, f"{endpoint} received no {path} request"
     return bodies[-1]  # type: ignore[no-any-return]
+
+
+def access_line(gw: GatewayProcess, request_id: str) -> dict[str, Any]:
+    """The access-log line of a request: written off the request's path, so waited for (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while True:
+        for line in gw.logs().splitlines():
+            if line.startswith('{"ts"') and f'"request_id":"{request_id}"' in line:
+                return json.loads(line)  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, f"no access-log line for {request_id}"
+        time.sleep(0.05)

@@ -6,7 +6,6 @@ of its own with an endpoint that reasons and one that, like llama.cpp's server, 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import anthropic
 import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.apis.conftest import FAST, FELL_BACK_FROM_FAST, PROFILE, KeyedGateway, last_request
+from tests.apis.conftest import FAST, FELL_BACK_FROM_FAST, PROFILE, KeyedGateway, access_line, last_request
 from tests.harness import GatewayProcess, catalogue_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
@@ -129,16 +128,6 @@ def agents() -> Iterator[tuple[SimProcess, GatewayProcess]]:
         with GatewayProcess(catalogue) as gw:
             yield sim, gw
 
-
-def access_line(gw: GatewayProcess, request_id: str) -> dict[str, Any]:
-    """The access-log line of a request (written off the request's path: waited for)."""
-    deadline = time.monotonic() + 20
-    while True:
-        for line in gw.logs().splitlines():
-            if line.startswith('{"ts"') and f'"request_id":"{request_id}"' in line:
-                return json.loads(line)  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, f"no access-log line for {request_id}"
-        time.sleep(0.1)
 
 
 def claude_code(name: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -4,7 +4,6 @@ the simulator; what the upstream received is read back from the simulator."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.simulator.testing import SimProcess
-from tests.apis.conftest import FAST, FELL_BACK_FROM_FAST, KeyedGateway, last_request
+from tests.apis.conftest import FAST, FELL_BACK_FROM_FAST, KeyedGateway, access_line, last_request
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "agents"
 SPAWN = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
@@ -162,17 +161,6 @@ def test_a_codex_request_is_served_and_what_was_dropped_is_named(api_gateway: Ke
     assert not {"include", "client_metadata", "reasoning", "store"} & set(sent)
     assert access_line(api_gateway, raw.headers["x-request-id"])["dropped"] == ["tools.web_search", "reasoning.summary"]
 
-
-def access_line(gw: KeyedGateway, request_id: str) -> dict[str, Any]:
-    """The access-log line of a request: written off the request path, so waited for (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while True:
-        lines = [json.loads(line) for line in gw.logs().splitlines() if line.startswith('{"ts"')]
-        found = [line for line in lines if line.get("request_id") == request_id]
-        if found or time.monotonic() > deadline:
-            assert found, f"no access-log line for {request_id}"
-            return found[0]  # type: ignore[no-any-return]
-        time.sleep(0.05)
 
 
 def test_a_namespaced_tool_call_round_trip(api_gateway: KeyedGateway, api_sim: SimProcess) -> None:
