@@ -1,6 +1,6 @@
 """What the gateway adds, against calling the upstream directly and against a bare pass-through.
 
-`make bench` (`.venv/bin/python benchmarks/overhead.py`; `--quick` finishes in under a minute).
+`make bench` (`.venv/bin/python benchmarks/overhead.py`; `--quick` finishes in about a minute).
 
 One run, on loopback, starts:
   - `stub_upstream.py`: an upstream that answers from prebuilt bytes in a few µs (JSON, or a 20-chunk
