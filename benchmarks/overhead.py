@@ -364,7 +364,7 @@ def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests: under a minute")
+    parser.add_argument("--quick", action="store_true", help="fewer requests: about a minute")
     parser.add_argument("--requests", type=int, help="requests per measurement at c=1 (twice that above)")
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--workers", default="1,2", help="gateway worker counts to measure (needs serve --workers)")
