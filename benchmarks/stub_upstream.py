@@ -3,7 +3,10 @@
 `python benchmarks/stub_upstream.py PORT` answers every POST on 127.0.0.1:PORT from prebuilt bytes:
 a `chat.completion` JSON object, or -- when the body asks for `"stream":true` -- a 20-chunk SSE
 stream (role chunk, 20 content chunks, a finish chunk, a usage chunk, `[DONE]`), chunked-encoded as
-providers send it. Raw asyncio on uvloop, keep-alive, no HTTP library: it parses only the request
+providers send it. A stream whose body names a model ending in `-paced` is paced as a model server
+sends it: 10 writes 5 ms apart (PACED_CHUNKS, PACED_GAP_S), the head and the first token in the first,
+the finish, usage and `[DONE]` in the last; the first token is no longer followed by the rest of the
+answer in the same read. Raw asyncio on uvloop, keep-alive, no HTTP library: it parses only the request
 line's headers and `content-length`.
 """
 
@@ -17,6 +20,8 @@ import uvloop
 
 MODEL = "upstream-bench"
 CHUNKS = 20
+PACED_CHUNKS = 10
+PACED_GAP_S = 0.005
 
 
 def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
@@ -41,6 +46,23 @@ def _sse_response() -> bytes:
     return head + body
 
 
+def _paced_writes() -> list[bytes]:
+    """The paced stream's writes: each one HTTP chunk of the stream's events."""
+    events = [[_chunk({"role": "assistant", "content": f"tok{i} "} if i == 0 else {"content": f"tok{i} "})]
+              for i in range(PACED_CHUNKS)]
+    usage = {"prompt_tokens": 12, "completion_tokens": PACED_CHUNKS, "total_tokens": 12 + PACED_CHUNKS}
+    events[-1] += [_chunk({}, "stop"),
+                   b"data: " + json.dumps({"id": "chatcmpl-stub", "object": "chat.completion.chunk",
+                                           "created": 1700000000, "model": MODEL, "choices": [],
+                                           "usage": usage}, separators=(",", ":")).encode() + b"\n\n",
+                   b"data: [DONE]\n\n"]
+    writes = [b"%x\r\n%b\r\n" % (len(b"".join(e)), b"".join(e)) for e in events]
+    writes[0] = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+                 b"transfer-encoding: chunked\r\n\r\n") + writes[0]
+    writes[-1] += b"0\r\n\r\n"
+    return writes
+
+
 def _json_response() -> bytes:
     completion = {"id": "chatcmpl-stub", "object": "chat.completion", "created": 1700000000, "model": MODEL,
                   "choices": [{"index": 0, "message": {"role": "assistant",
@@ -53,6 +75,7 @@ def _json_response() -> bytes:
 
 SSE = _sse_response()
 JSON = _json_response()
+PACED = _paced_writes()
 
 
 class Stub(asyncio.Protocol):
@@ -70,8 +93,23 @@ class Stub(asyncio.Protocol):
                 break
             body = buffer[end + 4:end + 4 + length]
             buffer = buffer[end + 4 + length:]
-            self.transport.write(SSE if b'"stream":true' in body.replace(b" ", b"") else JSON)
+            if b'"stream":true' not in body.replace(b" ", b""):
+                self.transport.write(JSON)
+            elif b'-paced"' in body:
+                self._paced()
+            else:
+                self.transport.write(SSE)
         self.buffer = buffer
+
+    def _paced(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.transport.write(PACED[0])
+        for i, data in enumerate(PACED[1:], 1):
+            loop.call_later(i * PACED_GAP_S, self._write, data)
+
+    def _write(self, data: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(data)
 
 
 async def serve(port: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import orjson
@@ -45,6 +46,38 @@ def test_stats_are_cached_then_refreshed(clock: FakeClock, make_sample: SampleFa
     clock.advance(0.15)
     refreshed = store.stats(KEY, 300)
     assert refreshed is not first and refreshed.requests == 6
+
+
+async def test_stats_are_refreshed_between_requests_before_they_expire(clock: FakeClock,
+                                                                       make_sample: SampleFactory) -> None:
+    """A view asked for past half its TTL is recomputed by a timer before it expires, so the request that
+    comes once the TTL has run out finds a view and does not pay for the recompute before its first
+    token (issue 32 item 11)."""
+    store = MemoryStore(clock=clock, cache_ttl_s=0.04)  # the timer is a real one: due 36 ms after the view
+    store.record(make_sample(at=clock.now))
+    first = store.stats(KEY, 300)
+    computed: list[float] = []
+    compute = store._compute
+
+    def counted(key: str, now: float, window_s: float):  # type: ignore[no-untyped-def]
+        computed.append(now)
+        return compute(key, now, window_s)
+
+    store._compute = counted  # type: ignore[method-assign]
+    store.record(make_sample(at=clock.now))
+    clock.advance(0.01)
+    assert store.stats(KEY, 300) is first  # young: served, nothing scheduled
+    await asyncio.sleep(0.1)
+    assert computed == []
+    clock.advance(0.02)  # past half the TTL
+    assert store.stats(KEY, 300) is first and store.stats(KEY, 300) is first  # still served as it is...
+    assert computed == []  # ...nothing computed on the caller's path
+    await asyncio.sleep(0.1)  # the timer (due in 6 ms) has run
+    assert computed == [clock.now]  # recomputed once, however many asked
+    clock.advance(0.02)  # the first view would have expired now
+    refreshed = store.stats(KEY, 300)
+    assert refreshed is not first and refreshed.requests == 2
+    assert len(computed) == 1  # the view made between the requests, not one made on this call's path
 
 
 def test_fresh_stats_count_what_was_just_recorded(clock: FakeClock, make_sample: SampleFactory) -> None:
