@@ -32,7 +32,9 @@ from gateway.upstreams.wire import (
     REASONING_TOKEN,
     Chunk,
     ChunkHead,
+    JsonTranslator,
     Outgoing,
+    PassThroughEvents,
     chat_usage,
     error_chunk,
     loads,
@@ -189,7 +191,7 @@ def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
     return Outgoing(orjson.dumps(body), "/messages", speed_headers(endpoint, request.client_betas), translator)
 
 
-class MessagesTranslator:
+class MessagesTranslator(JsonTranslator):
     """Anthropic Messages stream events -> chat-completion chunks (a `Translator`)."""
 
     def __init__(self) -> None:
@@ -204,12 +206,6 @@ class MessagesTranslator:
         if isinstance(usage, dict) and isinstance(usage.get("speed"), str):
             self.served_tier = usage["speed"]
 
-    def events(self, payload: bytes) -> list[Chunk] | None:
-        event = loads(payload)
-        if event is None:
-            return None  # malformed: the reader counts it
-        return self.translate(event)
-
     def translate(self, event: dict[str, Any]) -> list[Chunk]:
         kind = event.get("type")
         if kind == "content_block_delta":
@@ -220,16 +216,13 @@ class MessagesTranslator:
             if dtype == "thinking_delta":
                 return [self.head.chunk({"reasoning_content": delta.get("thinking", "")})]
             if dtype == "input_json_delta" and event.get("index") in self._tools:
-                call = {"index": self._tools[event["index"]], "function": {"arguments": delta.get("partial_json", "")}}
-                return [self.head.chunk({"tool_calls": [call]})]
+                return [self.head.tool_arguments(self._tools[event["index"]], delta.get("partial_json", ""))]
             return []  # signature_delta and others: chat completions cannot carry them
         if kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
                 index = self._tools[event.get("index")] = len(self._tools)
-                call = {"index": index, "id": block.get("id", ""), "type": "function",
-                        "function": {"name": block.get("name", ""), "arguments": ""}}
-                return [self.head.chunk({"tool_calls": [call]})]
+                return [self.head.tool_call(index, block.get("id", ""), block.get("name", ""))]
             return []
         if kind == "message_start":
             message = event.get("message") or {}
@@ -268,19 +261,15 @@ _DELTA = b'{"type":"content_block_delta"'
 _DELTA_EVENT = b"event: content_block_delta\ndata: "
 
 
-class MessagesPassThrough(MessagesTranslator):
+class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
     """Pass-through for a Messages client: every event is still translated (so it is measured),
     and kept as it came -- thinking with its signature, tool_use, unknown blocks -- for the client:
     as SSE events to `take()` while streaming, or assembled into the `message` (`result()`) when
     `whole`. Only `message.model` becomes the public name."""
 
-    passthrough = True
-
     def __init__(self, model: str, whole: bool) -> None:
-        super().__init__()
-        self.model = model
-        self.whole = whole
-        self._out: list[bytes] = []
+        MessagesTranslator.__init__(self)
+        PassThroughEvents.__init__(self, model, whole)
         self._seen: list[dict[str, Any]] = []
 
     def events(self, payload: bytes) -> list[Chunk] | None:
@@ -302,10 +291,6 @@ class MessagesPassThrough(MessagesTranslator):
         elif kind != "error":  # an error event is rendered by the gateway, as any failure is
             self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
         return self.translate(event)
-
-    def take(self) -> bytes:
-        out, self._out = b"".join(self._out), []
-        return out
 
     def result(self) -> dict[str, Any]:
         return assemble_message(self._seen)

@@ -29,7 +29,9 @@ from gateway.upstreams.wire import (
     REASONING_TOKEN,
     Chunk,
     ChunkHead,
+    JsonTranslator,
     Outgoing,
+    PassThroughEvents,
     chat_usage,
     error_chunk,
     loads,
@@ -126,7 +128,7 @@ def outgoing(request: ChatRequest, endpoint: Endpoint) -> Outgoing:
     return Outgoing(orjson.dumps(responses_body(request.body, endpoint)), "/responses", None, ResponsesTranslator)
 
 
-class ResponsesTranslator:
+class ResponsesTranslator(JsonTranslator):
     """OpenAI Responses stream events -> chat-completion chunks (a `Translator`)."""
 
     def __init__(self) -> None:
@@ -147,12 +149,6 @@ class ResponsesTranslator:
                            reasoning=int((usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0))
         return [self.head.chunk(finish=finish), self.head.usage_chunk(total, self.served_tier), END]
 
-    def events(self, payload: bytes) -> list[Chunk] | None:
-        event = loads(payload)
-        if event is None:
-            return None  # malformed: the reader counts it
-        return self.translate(event)
-
     def translate(self, event: dict[str, Any]) -> list[Chunk]:
         kind = event.get("type")
         if kind == "response.output_text.delta":
@@ -160,15 +156,12 @@ class ResponsesTranslator:
         if kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
             return [self.head.chunk({"reasoning_content": event.get("delta", "")})]
         if kind == "response.function_call_arguments.delta" and event.get("output_index") in self._calls:
-            call = {"index": self._calls[event["output_index"]], "function": {"arguments": event.get("delta", "")}}
-            return [self.head.chunk({"tool_calls": [call]})]
+            return [self.head.tool_arguments(self._calls[event["output_index"]], event.get("delta", ""))]
         if kind == "response.output_item.added":
             item = event.get("item") or {}
             if item.get("type") == "function_call":
                 index = self._calls[event.get("output_index")] = len(self._calls)
-                call = {"index": index, "id": item.get("call_id", ""), "type": "function",
-                        "function": {"name": item.get("name", ""), "arguments": ""}}
-                return [self.head.chunk({"tool_calls": [call]})]
+                return [self.head.tool_call(index, item.get("call_id", ""), item.get("name", ""))]
             return []
         if kind == "response.created":
             response = event.get("response") or {}
@@ -192,19 +185,15 @@ _DELTA_TOKENS = {b"response.output_text.delta": ANSWER_TOKEN, b"response.functio
                  b"response.reasoning_summary_text.delta": REASONING_TOKEN}
 
 
-class ResponsesPassThrough(ResponsesTranslator):
+class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
     """Pass-through for a Responses client: every event still translated (so it is measured) and
     kept as it came -- reasoning items with encrypted_content, unknown items -- for the client: as
     SSE events to `take()` while streaming, or the final `response` (`result()`) when `whole`. Only
     `response.model` becomes the public name."""
 
-    passthrough = True
-
     def __init__(self, model: str, whole: bool) -> None:
-        super().__init__()
-        self.model = model
-        self.whole = whole
-        self._out: list[bytes] = []
+        ResponsesTranslator.__init__(self)
+        PassThroughEvents.__init__(self, model, whole)
         self._final: dict[str, Any] = {}
 
     def events(self, payload: bytes) -> list[Chunk] | None:
@@ -229,10 +218,6 @@ class ResponsesPassThrough(ResponsesTranslator):
         if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
             self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
         return self.translate(event)
-
-    def take(self) -> bytes:
-        out, self._out = b"".join(self._out), []
-        return out
 
     def result(self) -> dict[str, Any]:
         return self._final

@@ -4,8 +4,8 @@
 `data:` payloads, in order) and returns the chat-completion chunks they mean (dicts, as the stream
 reader would have parsed them: no JSON round trip), `END` at the end, None for a malformed event; it
 keeps what it needs between events (open blocks, usage) and the tier the provider reports
-(`served_tier`). `chunk()` and `usage_chunk()` build those chunks in the shape the rest of the
-gateway reads.
+(`served_tier`). `ChunkHead` builds those chunks in the shape the rest of the gateway reads;
+`JsonTranslator` and `PassThroughEvents` are what the native API modules' translators share.
 """
 
 from __future__ import annotations
@@ -62,6 +62,44 @@ class ChunkHead:
             out["service_tier"] = tier
         return out
 
+    def tool_call(self, index: int, call_id: Any, name: Any) -> Chunk:
+        """A tool call's first chunk: its id and name, arguments to follow."""
+        call = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        return self.chunk({"tool_calls": [call]})
+
+    def tool_arguments(self, index: int, text: Any) -> Chunk:
+        return self.chunk({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
+
+
+class JsonTranslator:
+    """A `Translator` whose events are JSON objects: `translate()` reads one, parsed."""
+
+    def translate(self, event: dict[str, Any]) -> list[Chunk]:
+        raise NotImplementedError
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        event = loads(payload)
+        if event is None:
+            return None  # malformed: the reader counts it
+        return self.translate(event)
+
+
+class PassThroughEvents:
+    """What a pass-through translator keeps for a client of the upstream's own API: the SSE events
+    as they came (only the model renamed to `model`), to `take()` while streaming; when `whole`, the
+    translator assembles its `result()` instead."""
+
+    passthrough = True
+
+    def __init__(self, model: str, whole: bool) -> None:
+        self.model = model
+        self.whole = whole
+        self._out: list[bytes] = []
+
+    def take(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
 
 def error_chunk(message: str, status: int, kind: str | None) -> Chunk:
     """An error event as the stream reader raises it (its `code`: the HTTP status it stands for)."""
@@ -90,5 +128,5 @@ def loads(payload: bytes) -> dict[str, Any] | None:
     return value if type(value) is dict else None
 
 
-__all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "Outgoing", "Translator",
-           "chat_usage", "error_chunk", "loads"]
+__all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "JsonTranslator", "Outgoing",
+           "PassThroughEvents", "Translator", "chat_usage", "error_chunk", "loads"]
