@@ -18,6 +18,7 @@ what was dropped and the prompt's size in characters as it goes: the body is wal
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -119,46 +120,49 @@ def _document(block: dict[str, Any], into: Translation) -> str | None:
     return text
 
 
-def _tool_result_text(content: Any, where: str, into: Translation) -> str:
-    if content is None:
-        return ""
+def _joined_text(content: Any, where: str, into: Translation, blocks: str,
+                 other: Callable[[str, dict[str, Any], str, Translation], str | None]) -> str:
+    """A string, or an array of blocks whose text is joined; `other` takes each non-text block
+    (its text, or None once it has dropped or checked it)."""
     if isinstance(content, str):
         into.chars += len(content)
         return content
     if not isinstance(content, list):
-        raise bad(f"'{where}' must be a string or an array of content blocks.", where)
+        raise bad(f"'{where}' must be a string or an array of {blocks}.", where)
     texts = []
     for i, block in enumerate(content):
         at = f"{where}[{i}]"
         kind = _kind(block, at)
-        if kind == "text":
-            texts.append(_text(block, at, into))
-        elif kind == "document" and (text := _document(block, into)) is not None:
+        text = _text(block, at, into) if kind == "text" else other(kind, block, at, into)
+        if text is not None:
             texts.append(text)
-        elif kind == "image":
-            _image(block, at, into)  # checked, not forwarded: a chat tool message is text
-            into.drop("tool_result.image")
-        elif kind != "document":
-            into.drop(f"tool_result.{field_name(kind)}")
     return "".join(texts)
+
+
+def _tool_result_block(kind: str, block: dict[str, Any], at: str, into: Translation) -> str | None:
+    if kind == "document":
+        return _document(block, into)
+    if kind == "image":
+        _image(block, at, into)  # checked, not forwarded: a chat tool message is text
+        into.drop("tool_result.image")
+    else:
+        into.drop(f"tool_result.{field_name(kind)}")
+    return None
+
+
+def _system_block(kind: str, block: dict[str, Any], at: str, into: Translation) -> None:
+    into.drop(f"content.{field_name(kind)}")
+
+
+def _tool_result_text(content: Any, where: str, into: Translation) -> str:
+    if content is None:
+        return ""
+    return _joined_text(content, where, into, "content blocks", _tool_result_block)
 
 
 def system_text(content: Any, where: str, into: Translation) -> str:
     """A system prompt (the `system` field, or a system turn's content): a string or text blocks."""
-    if isinstance(content, str):
-        into.chars += len(content)
-        return content
-    if not isinstance(content, list):
-        raise bad(f"'{where}' must be a string or an array of text blocks.", where)
-    texts = []
-    for i, block in enumerate(content):
-        at = f"{where}[{i}]"
-        kind = _kind(block, at)
-        if kind == "text":
-            texts.append(_text(block, at, into))
-        else:
-            into.drop(f"content.{field_name(kind)}")
-    return "".join(texts)
+    return _joined_text(content, where, into, "text blocks", _system_block)
 
 
 def turn(message: Any, where: str, into: Translation) -> list[dict[str, Any]]:
