@@ -22,7 +22,25 @@ CONFIDENT_T = 2.0
 SUMS = ("w", "sx", "sy", "sxx", "sxy", "syy")
 
 
-class LoadFit:
+class SumFields:
+    """A fit's Redis hash fields (`f:<name>:<sum>`), for a fit whose `__slots__` are its sums, the
+    first the weight `w`."""
+
+    __slots__: tuple[str, ...] = ()
+    w: float
+
+    def fields(self, name: str) -> Iterator[tuple[str, float]]:
+        """All zero when empty, so then none."""
+        if self.w:
+            for s in self.__slots__:
+                yield f"f:{name}:{s}", float(getattr(self, s))
+
+    def add_field(self, total: str, value: str | float) -> None:
+        if total in self.__slots__:
+            setattr(self, total, getattr(self, total) + float(value))
+
+
+class LoadFit(SumFields):
     """Sums of a weighted straight-line fit y = a + b·x. Additive; `scale` forgets."""
 
     __slots__ = SUMS
@@ -71,16 +89,6 @@ class LoadFit:
 
     def state(self) -> tuple[float, float, float, float, float, float]:
         return self.w, self.sx, self.sy, self.sxx, self.sxy, self.syy
-
-    def fields(self, name: str) -> Iterator[tuple[str, float]]:
-        """Redis hash fields (`f:<name>:<sum>`); all zero when empty, so then none."""
-        if self.w:
-            for s in SUMS:
-                yield f"f:{name}:{s}", float(getattr(self, s))
-
-    def add_field(self, total: str, value: str | float) -> None:
-        if total in SUMS:
-            setattr(self, total, getattr(self, total) + float(value))
 
     # -- reading --------------------------------------------------------------------------------
     def mean(self) -> tuple[float, float] | None:

@@ -18,10 +18,9 @@ What it does not do: decide how a prediction is used (routing/speed.py), or any 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gateway.telemetry.fit import CONFIDENT_T, MIN_VARIANCE
+from gateway.telemetry.fit import CONFIDENT_T, MIN_VARIANCE, SumFields
 
 SUMS = ("w", "s1", "s2", "sy", "s11", "s12", "s22", "s1y", "s2y", "syy")
 KILO = 1000.0
@@ -46,7 +45,7 @@ class PrefillLine:
         return self.base_s + (self.per_token_s or 0.0) * uncached_tokens + self.queue_s * load
 
 
-class PrefillFit:
+class PrefillFit(SumFields):
     """Sums of a weighted fit y = a + b1·x1 + b2·x2. Additive; `scale` forgets."""
 
     __slots__ = SUMS
@@ -87,16 +86,6 @@ class PrefillFit:
 
     def copy(self) -> PrefillFit:
         return PrefillFit(*self.state())
-
-    def fields(self, name: str = "pf") -> Iterator[tuple[str, float]]:
-        """Redis hash fields (`f:<name>:<sum>`); none when empty."""
-        if self.w:
-            for s in SUMS:
-                yield f"f:{name}:{s}", float(getattr(self, s))
-
-    def add_field(self, total: str, value: str | float) -> None:
-        if total in SUMS:
-            setattr(self, total, getattr(self, total) + float(value))
 
     # -- reading --------------------------------------------------------------------------------
     def line(self) -> PrefillLine | None:

@@ -58,13 +58,13 @@ def test_sums_merge_and_subtract_exactly_and_forget() -> None:
     assert both.w == 100
     both.subtract(b)
     assert both.state() == pytest.approx(a.state())
-    fields = dict(a.fields())
+    fields = dict(a.fields("pf"))
     again = PrefillFit()
     for f, v in fields.items():
         again.add_field(f.rsplit(":", 1)[1], v)
     assert again.state() == a.state()
     a.scale(0.0)
-    assert a.line() is None and not list(a.fields())
+    assert a.line() is None and not list(a.fields("pf"))
 
 
 def test_bucket_fits_ttft_against_uncached_input_and_keeps_stayed_cache_hits() -> None:
