@@ -37,7 +37,6 @@ import random
 import re
 import statistics
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.agent_scenarios import Host, hosts
-from benchmarks.routing_race import pct  # also makes the harness patient with slow starts
+from benchmarks.routing_race import pct, timed_stream  # also makes the harness patient with slow starts
 from gateway.simulator.content import PrefixCache
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.harness import GatewayProcess, catalogue_for
@@ -85,26 +84,13 @@ def script(seed: int, i: int, turns: int) -> tuple[float, list[tuple[str, float]
 
 
 async def stream_turn(client: httpx.AsyncClient, url: str, body: dict[str, Any], endpoint: str) -> Turn:
-    start = time.perf_counter()
-    first = 0.0
-    tail = b""
-    try:
-        async with client.stream("POST", url, json=body) as r:
-            if r.status_code != 200:
-                await r.aread()
-                return Turn(False, endpoint, time.perf_counter() - start)
-            endpoint = r.headers.get("x-ultraroute-endpoint", endpoint)
-            async for chunk in r.aiter_raw():
-                if not first and b'"content"' in chunk:
-                    first = time.perf_counter()
-                tail = (tail + chunk)[-4096:]
-    except httpx.HTTPError:
-        return Turn(False, endpoint, time.perf_counter() - start)
-    end = time.perf_counter()
-    got = {k: int(m.group(1)) if (m := rx.search(tail)) else 0 for k, rx in _INT.items()}
-    ok = got["completion_tokens"] == MAX_TOKENS and b"[DONE]" in tail
-    return Turn(ok, endpoint, end - start, (first or end) - start, got["prompt_tokens"], got["cached_tokens"],
-                got["completion_tokens"])
+    t = await timed_stream(client, url, body, endpoint, keep=4096)
+    if t.tail is None:
+        return Turn(False, t.endpoint, t.end - t.start)
+    got = {k: int(m.group(1)) if (m := rx.search(t.tail)) else 0 for k, rx in _INT.items()}
+    ok = got["completion_tokens"] == MAX_TOKENS and b"[DONE]" in t.tail
+    return Turn(ok, t.endpoint, t.end - t.start, (t.first or t.end) - t.start, got["prompt_tokens"],
+                got["cached_tokens"], got["completion_tokens"])
 
 
 class Picker:

@@ -85,7 +85,20 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], endpoint: str) -> Result:
+@dataclass
+class Timed:
+    """One streamed completion as the client saw it (perf_counter times)."""
+
+    endpoint: str  # the one that answered (the gateway's header), else the one asked
+    start: float
+    first: float  # the first content chunk; 0.0: none came
+    end: float
+    tail: bytes | None  # the stream's last bytes; None: no 200 answer, or the connection failed
+
+
+async def timed_stream(client: httpx.AsyncClient, url: str, body: dict[str, Any], endpoint: str,
+                       keep: int = 2048) -> Timed:
+    """Stream one completion, keeping its last `keep` bytes (where the usage chunk is)."""
     start = time.perf_counter()
     first = 0.0
     tail = b""
@@ -93,20 +106,26 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], 
         async with client.stream("POST", url, json=body) as r:
             if r.status_code != 200:
                 await r.aread()
-                return Result(False, endpoint, e2e_s=time.perf_counter() - start)
+                return Timed(endpoint, start, 0.0, time.perf_counter(), None)
             endpoint = r.headers.get("x-ultraroute-endpoint", endpoint)
             async for chunk in r.aiter_raw():
                 if not first and b'"content"' in chunk:
                     first = time.perf_counter()
-                tail = (tail + chunk)[-2048:]
+                tail = (tail + chunk)[-keep:]
     except httpx.HTTPError:
-        return Result(False, endpoint, e2e_s=time.perf_counter() - start)
-    end = time.perf_counter()
-    m = _USAGE.search(tail)
+        return Timed(endpoint, start, 0.0, time.perf_counter(), None)
+    return Timed(endpoint, start, first, time.perf_counter(), tail)
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], endpoint: str) -> Result:
+    t = await timed_stream(client, url, body, endpoint)
+    if t.tail is None:
+        return Result(False, t.endpoint, e2e_s=t.end - t.start)
+    m = _USAGE.search(t.tail)
     tokens = int(m.group(1)) if m else 0
-    ok = tokens == MAX_TOKENS and b"[DONE]" in tail
-    decode = (tokens - 1) / (end - first) if first and end > first else 0.0
-    return Result(ok, endpoint, tokens, (first or end) - start, end - start, decode)
+    ok = tokens == MAX_TOKENS and b"[DONE]" in t.tail
+    decode = (tokens - 1) / (t.end - t.first) if t.first and t.end > t.first else 0.0
+    return Result(ok, t.endpoint, tokens, (t.first or t.end) - t.start, t.end - t.start, decode)
 
 
 class DirectRouter:
