@@ -44,10 +44,8 @@ and exits 1 when one of them fails. Loopback only; about 2-3 minutes on a busy 2
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -66,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_load import Load, Record
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, free_port
+from tests.harness import GatewayProcess, free_ports
 from tests.redis_servers import PrivateRedis
 
 ADMIN_KEY = "admin-" + "f" * 30
@@ -127,20 +125,6 @@ def worker_health(port: int) -> dict[str, Any] | None:
     except httpx.HTTPError:
         return None
     return r.json() if r.status_code == 200 else None
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports that were all free a moment ago."""
-    for _ in range(50):
-        first = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(first, first + count):
-                    stack.enter_context(socket.create_server(("127.0.0.1", port)))
-            except OSError:
-                continue
-        return first
-    raise RuntimeError("no run of free ports")
 
 
 def _knows(port: int, key: str) -> bool:

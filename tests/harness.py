@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,20 @@ import yaml
 from gateway.simulator.testing import free_port as free_port  # one definition, shared with the simulator's tests
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports that were all free a moment ago."""
+    for _ in range(50):
+        first = free_port()
+        with contextlib.ExitStack() as stack:
+            try:
+                for port in range(first, first + count):
+                    stack.enter_context(socket.create_server(("127.0.0.1", port)))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError("no run of free ports")
 
 
 def ensure_binary(program: str, package: str) -> str:

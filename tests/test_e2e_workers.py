@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for, free_port
+from tests.harness import GatewayProcess, catalogue_for, free_ports
 
 FAST = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 10_000, "output_tokens": 4}
 
@@ -42,20 +42,6 @@ def pinned_clients(url: str, workers: int) -> dict[str, httpx.Client]:
         if len(found) == workers:
             return found
     raise AssertionError(f"only {sorted(found)} answered 100 new connections")
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports that were all free a moment ago."""
-    for _ in range(50):
-        first = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(first, first + count):
-                    stack.enter_context(socket.create_server(("127.0.0.1", port)))
-            except OSError:
-                continue
-        return first
-    raise AssertionError("no run of free ports")
 
 
 def models_of(client: httpx.Client, key: str) -> set[str]:
