@@ -44,16 +44,21 @@ def claude_env(gw: KeyedGateway, home: Path) -> dict[str, str]:
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
 
 
-def test_claude_code_completes_a_tool_loop(agent_gateway: KeyedGateway, sim: SimProcess, tmp_path: Path) -> None:
+def run_claude(gw: KeyedGateway, tmp_path: Path) -> None:
+    """`claude -p PROMPT` through `gw`, which must finish its tool loop: the tool ran, the answer printed."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     # `--allowedTools Bash`: print mode cannot ask before running a command, so Bash is allowed up front.
     args = [str(agent_cli("claude")), "-p", PROMPT, "--allowedTools", "Bash"]
-    done = run_agent(args, work, claude_env(agent_gateway, home))
-    assert done.returncode == 0, report(done, agent_gateway)
-    assert (work / "result.txt").read_text() == "agent-ok\n", report(done, agent_gateway)  # the tool ran
-    assert ANSWER in done.stdout, report(done, agent_gateway)  # `claude -p` prints the final answer
+    done = run_agent(args, work, claude_env(gw, home))
+    assert done.returncode == 0, report(done, gw)
+    assert (work / "result.txt").read_text() == "agent-ok\n", report(done, gw)  # the tool ran
+    assert ANSWER in done.stdout, report(done, gw)  # `claude -p` prints the final answer
+
+
+def test_claude_code_completes_a_tool_loop(agent_gateway: KeyedGateway, sim: SimProcess, tmp_path: Path) -> None:
+    run_claude(agent_gateway, tmp_path)
     assert_tool_loop(sim, "Bash")
 
 
@@ -70,14 +75,7 @@ def test_claude_code_on_an_anthropic_endpoint_in_fast_mode(fast_anthropic_gatewa
     Its requests are passed through as it sent them (nothing dropped), asked `speed: "fast"` with the
     fast-mode beta merged into Claude Code's own betas, and the tier that served is logged."""
     gw = fast_anthropic_gateway
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    args = [str(agent_cli("claude")), "-p", PROMPT, "--allowedTools", "Bash"]
-    done = run_agent(args, work, claude_env(gw, home))
-    assert done.returncode == 0, report(done, gw)
-    assert (work / "result.txt").read_text() == "agent-ok\n", report(done, gw)
-    assert ANSWER in done.stdout, report(done, gw)
+    run_claude(gw, tmp_path)
 
     sent = messages_requests(sim)
     assert sent and not chat_requests(sim), "Claude Code's requests went out in Messages, not translated"
