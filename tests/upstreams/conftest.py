@@ -89,6 +89,18 @@ def claude(gw: GatewayProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0)
 
 
+def messages_tool_round(c: anthropic.Anthropic, model: str, max_tokens: int) -> anthropic.types.Message:
+    """A Messages client's tool loop: the model calls get_weather, the client answers it, and the
+    model's next message (returned) follows."""
+    hello = [{"role": "user", "content": "Say hello"}]
+    first = c.messages.create(model=model, max_tokens=64, messages=hello, tools=[MESSAGES_TOOL])  # type: ignore[arg-type, list-item]
+    [use] = [b for b in first.content if b.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and set(use.input) == {"city"}  # type: ignore[arg-type]
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}
+    return c.messages.create(model=model, max_tokens=max_tokens, tools=[MESSAGES_TOOL],  # type: ignore[list-item]
+                             messages=[*hello, {"role": "assistant", "content": first.content}, result])  # type: ignore[list-item]
+
+
 def sent(sim: SimProcess, endpoint: str, path: str) -> dict:  # type: ignore[type-arg]
     bodies = [r["body"] for r in sim.requests(endpoint) if r["path"] == path]
     assert bodies, f"{endpoint} received no {path} request"

@@ -12,7 +12,7 @@ import openai
 from gateway.simulator.testing import SimProcess
 from gateway.upstreams.anthropic import FAST_BETA
 from tests.harness import GatewayProcess
-from tests.upstreams.conftest import CHAT_TOOL, MESSAGES_TOOL, RESPONSES_TOOL, chat, claude, sent
+from tests.upstreams.conftest import CHAT_TOOL, RESPONSES_TOOL, chat, claude, messages_tool_round, sent
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 FAST = {"speed": "fast"}  # routing: the fast tier first
@@ -70,12 +70,7 @@ def test_messages_client_plain_stream_and_tools(gw: GatewayProcess) -> None:
     with c.messages.stream(model="a", max_tokens=8, messages=HELLO) as stream:  # type: ignore[arg-type]
         final = stream.get_final_message()
     assert [b.type for b in final.content][-1] == "text" and final.usage.output_tokens == 8
-    first = c.messages.create(model="a", max_tokens=64, messages=HELLO, tools=[MESSAGES_TOOL])  # type: ignore[arg-type, list-item]
-    [use] = [b for b in first.content if b.type == "tool_use"]
-    assert first.stop_reason == "tool_use" and set(use.input) == {"city"}  # type: ignore[arg-type]
-    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}
-    second = c.messages.create(model="a", max_tokens=4, tools=[MESSAGES_TOOL],  # type: ignore[list-item]
-                               messages=[*HELLO, {"role": "assistant", "content": first.content}, result])  # type: ignore[list-item]
+    second = messages_tool_round(c, "a", max_tokens=4)
     assert second.content[-1].type == "text" and second.stop_reason == "max_tokens"
 
 
