@@ -22,6 +22,7 @@ import orjson
 
 from gateway.apis.adapter import answer_pieces, sse_event
 from gateway.errors import GatewayError, anthropic_error_object
+from gateway.upstreams.anthropic import tool_input
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}
@@ -45,15 +46,6 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, Any]:
     if usage.get("estimated"):
         out["estimated"] = True
     return out
-
-
-def tool_input(arguments: str) -> dict[str, Any]:
-    """A tool call's JSON arguments as the `input` object (an empty one if the model wrote no object)."""
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def message_object(message_id: str, model: str, content: list[dict[str, Any]], stop: str | None,

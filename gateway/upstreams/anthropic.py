@@ -80,7 +80,9 @@ def _text(content: Any) -> str:
     return "".join(b["text"] for b in _blocks(content) if b["type"] == "text")
 
 
-def _arguments(text: Any) -> dict[str, Any]:
+def tool_input(text: Any) -> dict[str, Any]:
+    """A chat tool call's JSON arguments as Anthropic's `input` object (an empty one if the model wrote
+    no object): for requests to an Anthropic endpoint and for Messages answers alike."""
     try:
         value = orjson.loads(text or "{}")
     except orjson.JSONDecodeError:
@@ -106,7 +108,7 @@ def messages_of(chat_messages: list[dict[str, Any]]) -> tuple[str | None, list[d
             for call in message.get("tool_calls") or ():
                 function = call.get("function") or {}
                 blocks.append({"type": "tool_use", "id": call.get("id") or "", "name": function.get("name", ""),
-                               "input": _arguments(function.get("arguments"))})
+                               "input": tool_input(function.get("arguments"))})
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"] += blocks
         else:
