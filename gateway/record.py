@@ -153,6 +153,7 @@ def make_sample(
         e2e_s=e2e,
         input_tokens=input_tokens,
         cached_input_tokens=cached,
+        cache_write_input_tokens=written[0] + written[1],
         output_tokens=output,
         reasoning_tokens=reasoning,
         cost_usd=attempt_cost(endpoint, input_tokens, cached, output, e2e, in_flight_at_start + 1,

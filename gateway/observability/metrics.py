@@ -58,7 +58,7 @@ TPS_BUCKETS = (
 # The loop's own lag: ~0 when idle; tens of ms is a busy core; seconds is a saturated or blocked one.
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ROUTE_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1)
-TOKEN_KINDS = ("input", "cached_input", "output", "reasoning")
+TOKEN_KINDS = ("input", "cached_input", "cache_write_input", "output", "reasoning")
 _SAFE_REASON = re.compile(r"^[a-z0-9_]{1,40}$")
 
 
@@ -76,7 +76,7 @@ class _Series:
     ttfat: LoopHistogram
     decode: LoopHistogram
     duration: LoopHistogram
-    tokens: tuple[LoopCounter, LoopCounter, LoopCounter, LoopCounter]  # TOKEN_KINDS order
+    tokens: tuple[LoopCounter, ...]  # TOKEN_KINDS order
     cost: LoopCounter
 
 
@@ -133,8 +133,9 @@ class Metrics:
         self._duration = LoopFamily("ultraroute_request_duration_seconds",
                                     "Request sent to the last byte, successful attempts.", by_endpoint,
                                     buckets=DURATION_BUCKETS)
-        self._tokens = LoopFamily("ultraroute_tokens", "Tokens by kind (input includes cached_input; output "
-                                  "includes reasoning).", [*by_endpoint, "kind"])
+        self._tokens = LoopFamily("ultraroute_tokens", "Tokens by kind (input includes the prompt-cache "
+                                  "reads cached_input and writes cache_write_input; output includes reasoning).",
+                                  [*by_endpoint, "kind"])
         self._cost = LoopFamily("ultraroute_cost_usd", "What the attempts cost, in USD.",
                                 ["model", "endpoint", "provider", "tier"])
         self._client_requests = LoopFamily("ultraroute_client_requests", "Requests by the client API they came "
@@ -225,7 +226,8 @@ class Metrics:
             s.decode.observe(sample.decode_tps)
         if sample.outcome is Outcome.OK:  # a fast failure is not a fast request
             s.duration.observe(sample.e2e_s)
-        for counter, n in zip(s.tokens, (sample.input_tokens, sample.cached_input_tokens, sample.output_tokens,
+        for counter, n in zip(s.tokens, (sample.input_tokens, sample.cached_input_tokens,
+                                         sample.cache_write_input_tokens, sample.output_tokens,
                                          sample.reasoning_tokens), strict=True):
             if n:
                 counter.inc(n)

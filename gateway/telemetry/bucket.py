@@ -28,8 +28,8 @@ ENDPOINT_FAULTS: tuple[str, ...] = (  # what error_rate counts: the endpoint's f
     Outcome.RATE_LIMITED.value,
 )
 _OK = Outcome.OK.value
-_TOKEN_FIELDS = {"in": "tok_in", "cin": "tok_cached", "out": "tok_out", "rsn": "tok_reasoning",
-                 "sin": "tok_stay_in", "scin": "tok_stay_cached"}
+_TOKEN_FIELDS = {"in": "tok_in", "cin": "tok_cached", "cw": "tok_cache_write", "out": "tok_out",
+                 "rsn": "tok_reasoning", "sin": "tok_stay_in", "scin": "tok_stay_cached"}
 
 
 def sample_time(sample: AttemptSample) -> float:
@@ -40,13 +40,15 @@ def sample_time(sample: AttemptSample) -> float:
 class Bucket:
     """Everything recorded for one endpoint in one time bucket. Additive, so mergeable exactly."""
 
-    __slots__ = ("cost", "decode_tps", "e2e_ms", "fit_prefill", "fit_tps", "fit_ttft", "n", "newest", "tok_cached",
-                 "tok_in", "tok_out", "tok_reasoning", "tok_stay_cached", "tok_stay_in", "ttfat_ms", "ttft_ms")
+    __slots__ = ("cost", "decode_tps", "e2e_ms", "fit_prefill", "fit_tps", "fit_ttft", "n", "newest",
+                 "tok_cache_write", "tok_cached", "tok_in", "tok_out", "tok_reasoning", "tok_stay_cached",
+                 "tok_stay_in", "ttfat_ms", "ttft_ms")
 
     def __init__(self) -> None:
         self.n: dict[str, int] = {}  # outcome value -> attempts
         self.tok_in = 0
-        self.tok_cached = 0
+        self.tok_cached = 0  # prompt-cache reads among tok_in
+        self.tok_cache_write = 0  # prompt-cache writes among tok_in
         self.tok_out = 0
         self.tok_reasoning = 0
         self.tok_stay_in = 0  # input of turns that stayed on the endpoint of their session's last turn ...
@@ -69,6 +71,7 @@ class Bucket:
         n[o] = n.get(o, 0) + 1
         self.tok_in += s.input_tokens
         self.tok_cached += s.cached_input_tokens
+        self.tok_cache_write += s.cache_write_input_tokens
         self.tok_out += s.output_tokens
         self.tok_reasoning += s.reasoning_tokens
         cost = s.cost_usd
@@ -100,6 +103,7 @@ class Bucket:
             n[o] = n.get(o, 0) + c
         self.tok_in += other.tok_in
         self.tok_cached += other.tok_cached
+        self.tok_cache_write += other.tok_cache_write
         self.tok_out += other.tok_out
         self.tok_reasoning += other.tok_reasoning
         self.tok_stay_in += other.tok_stay_in
@@ -126,6 +130,7 @@ class Bucket:
                 n.pop(o, None)
         self.tok_in -= other.tok_in
         self.tok_cached -= other.tok_cached
+        self.tok_cache_write -= other.tok_cache_write
         self.tok_out -= other.tok_out
         self.tok_reasoning -= other.tok_reasoning
         self.tok_stay_in -= other.tok_stay_in
@@ -147,6 +152,7 @@ class Bucket:
         b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = (
             self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning)
         b.tok_stay_in, b.tok_stay_cached = self.tok_stay_in, self.tok_stay_cached
+        b.tok_cache_write = self.tok_cache_write
         b.cost = self.cost
         b.ttft_ms = self.ttft_ms.copy()
         b.ttfat_ms = self.ttfat_ms.copy()
@@ -165,13 +171,13 @@ class Bucket:
             self.tok_in, self.tok_cached, self.tok_out, self.tok_reasoning, self.cost, self.newest,
             self.ttft_ms.to_state(), self.ttfat_ms.to_state(), self.decode_tps.to_state(),
             self.e2e_ms.to_state(), self.fit_tps.state(), self.fit_ttft.state(),
-            self.tok_stay_in, self.tok_stay_cached, self.fit_prefill.state(),
+            self.tok_stay_in, self.tok_stay_cached, self.fit_prefill.state(), self.tok_cache_write,
         )), 1)
 
     @classmethod
     def thaw(cls, blob: bytes) -> Bucket:
         (n, b_in, b_cached, b_out, b_reasoning, cost, newest, ttft, ttfat, tps, e2e, fit_tps,
-         fit_ttft, stay_in, stay_cached, fit_prefill) = marshal.loads(zlib.decompress(blob))
+         fit_ttft, stay_in, stay_cached, fit_prefill, cache_write) = marshal.loads(zlib.decompress(blob))
         b = cls()
         b.n = dict(n)
         b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning = b_in, b_cached, b_out, b_reasoning
@@ -182,7 +188,7 @@ class Bucket:
         b.e2e_ms = Sketch.from_state(e2e)
         b.fit_tps = LoadFit(*fit_tps)
         b.fit_ttft = LoadFit(*fit_ttft)
-        b.tok_stay_in, b.tok_stay_cached = stay_in, stay_cached
+        b.tok_stay_in, b.tok_stay_cached, b.tok_cache_write = stay_in, stay_cached, cache_write
         b.fit_prefill = PrefillFit(*fit_prefill)
         return b
 
@@ -207,7 +213,7 @@ class Bucket:
     def to_fields(self) -> dict[str, int | float]:
         """Additive hash fields (ints for HINCRBY, floats for HINCRBYFLOAT); zeros are left out.
 
-        Layout: `n:<outcome>`, `tok:in|cin|out|rsn`, `cost`, `s:<metric>:<bin>`, `sum:<metric>`,
+        Layout: `n:<outcome>`, `tok:in|cin|cw|out|rsn|sin|scin`, `cost`, `s:<metric>:<bin>`, `sum:<metric>`,
         `f:tps|ttft:<sum>` (fit.py), `f:pf:<sum>` (prefill.py).
         """
         out: dict[str, int | float] = {f"n:{o}": c for o, c in self.n.items() if c}

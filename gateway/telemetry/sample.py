@@ -35,7 +35,8 @@ class AttemptSample:
     decode_tps: float | None  # output tokens after the first / time after the first token
     e2e_s: float  # request sent -> last byte (or failure)
     input_tokens: int = 0
-    cached_input_tokens: int = 0
+    cached_input_tokens: int = 0  # prompt-cache reads among the input tokens
+    cache_write_input_tokens: int = 0  # prompt-cache writes among them (Anthropic's cache_creation_input_tokens)
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float = 0.0

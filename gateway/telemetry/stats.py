@@ -47,12 +47,13 @@ class Percentiles:
 
 @dataclass(frozen=True, slots=True)
 class TokenTotals:
-    input: int = 0
-    cached_input: int = 0
+    input: int = 0  # every input token, cache reads and writes included (OpenAI's convention)
+    cached_input: int = 0  # of which read from the provider's prompt cache
     output: int = 0
     reasoning: int = 0
     stayed_input: int = 0  # input of turns that stayed on the endpoint of their session's last turn
     stayed_cached: int = 0  # ... of which the endpoint reported cached
+    cache_write_input: int = 0  # of the input, written to the prompt cache (priced at cache_write)
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -60,8 +61,8 @@ class TokenTotals:
         return self.stayed_cached / self.stayed_input if self.stayed_input > 0 else None
 
     def to_json(self) -> dict[str, int]:
-        return {"input": self.input, "cached_input": self.cached_input, "output": self.output,
-                "reasoning": self.reasoning}
+        return {"input": self.input, "cached_input": self.cached_input,
+                "cache_write_input": self.cache_write_input, "output": self.output, "reasoning": self.reasoning}
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,7 +264,7 @@ def summarize(bucket: Bucket, *, window_s: float, now: float, newest: float | No
         ewma_ttft_ms=ewma_ttft_ms,
         ewma_decode_tps=ewma_decode_tps,
         tokens=TokenTotals(bucket.tok_in, bucket.tok_cached, bucket.tok_out, bucket.tok_reasoning,
-                           bucket.tok_stay_in, bucket.tok_stay_cached),
+                           bucket.tok_stay_in, bucket.tok_stay_cached, bucket.tok_cache_write),
         cost_usd=max(0.0, bucket.cost),
         cancelled=cancelled,
         client_errors=client_errors,

@@ -46,7 +46,8 @@ def endpoint(catalogue: Catalogue, endpoint_id: str) -> Endpoint:
 
 def sample(key: str, outcome: Outcome = Outcome.OK, **fields: Any) -> AttemptSample:
     values: dict[str, Any] = dict(ttft_s=0.21, ttfat_s=0.3, decode_tps=420.0, e2e_s=0.5, input_tokens=100,
-                                  cached_input_tokens=40, output_tokens=60, reasoning_tokens=10, cost_usd=0.002)
+                                  cached_input_tokens=40, cache_write_input_tokens=30, output_tokens=60,
+                                  reasoning_tokens=10, cost_usd=0.002)
     values.update(fields)
     return AttemptSample(endpoint_key=key, started_at=time.time(), outcome=outcome, status=200, **values)
 
@@ -69,8 +70,8 @@ def test_an_attempt_lands_in_every_per_endpoint_family(catalogue: Catalogue) -> 
     assert value(metrics, "ultraroute_decode_tokens_per_second_bucket", **labels, le="500.0") == 1
     assert value(metrics, "ultraroute_request_duration_seconds_count", **labels) == 1
     tokens = {kind: value(metrics, "ultraroute_tokens_total", **labels, kind=kind)
-              for kind in ("input", "cached_input", "output", "reasoning")}
-    assert tokens == {"input": 100, "cached_input": 40, "output": 60, "reasoning": 10}
+              for kind in ("input", "cached_input", "cache_write_input", "output", "reasoning")}
+    assert tokens == {"input": 100, "cached_input": 40, "cache_write_input": 30, "output": 60, "reasoning": 10}
     assert value(metrics, "ultraroute_cost_usd_total", model="m", endpoint="fw/fast", provider="fw",
                  tier="fast") == pytest.approx(0.002)
     # The other endpoint's series exist from the start, at zero, so rate() sees their first increment.

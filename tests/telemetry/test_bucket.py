@@ -13,14 +13,17 @@ from .conftest import SampleFactory
 def test_bucket_fields_round_trip(make_sample: SampleFactory) -> None:
     b = Bucket()
     for outcome in (Outcome.OK, Outcome.OK, Outcome.TIMEOUT, Outcome.RATE_LIMITED):
-        b.add_sample(make_sample(at=100.0, outcome=outcome, cached_input_tokens=3, reasoning_tokens=4,
+        b.add_sample(make_sample(at=100.0, outcome=outcome, cached_input_tokens=3, cache_write_input_tokens=5,
+                                 reasoning_tokens=4,
                                  ttft_ms=None if outcome == Outcome.TIMEOUT else 321.0), 100.0)
     fields = b.to_fields()
     assert fields["n:ok"] == 2 and fields["n:timeout"] == 1 and fields["tok:cin"] == 12
+    assert fields["tok:cw"] == 20  # prompt-cache writes: a counter of their own
     back = Bucket.from_fields({k: str(v) for k, v in fields.items()} | {"future:field": "1"})
     assert back.n == {"ok": 2, "timeout": 1, "rate_limited": 1}
-    assert (back.tok_in, back.tok_cached, back.tok_out, back.tok_reasoning) == (
-        b.tok_in, b.tok_cached, b.tok_out, b.tok_reasoning)
+    assert (back.tok_in, back.tok_cached, back.tok_cache_write, back.tok_out, back.tok_reasoning) == (
+        b.tok_in, b.tok_cached, 20, b.tok_out, b.tok_reasoning)
+    assert Bucket.thaw(b.freeze()).tok_cache_write == 20
     assert back.cost == pytest.approx(b.cost)
     for name in ("ttft_ms", "ttfat_ms", "decode_tps", "e2e_ms"):
         assert back.sketch(name).bins() == b.sketch(name).bins()

@@ -175,7 +175,7 @@ def test_to_json_shape(clock: FakeClock, make_sample: SampleFactory) -> None:
     assert set(doc["ttft_ms"]) >= {"p25", "p50", "p75", "p90", "p95", "p99"}
     assert doc["ttfat_ms"] is not None and doc["decode_tps"]["p50"] == pytest.approx(900, rel=0.01)
     assert set(doc["ewma"]) == {"ttft_ms", "decode_tps"}
-    assert doc["tokens"] == {"input": 2000, "cached_input": 0, "output": 1000, "reasoning": 0}
+    assert doc["tokens"] == {"input": 2000, "cached_input": 0, "cache_write_input": 0, "output": 1000, "reasoning": 0}
     assert doc["cost_usd"] == pytest.approx(0.02)
     for k in ("error_rate", "rate_limited_rate", "timeout_rate"):
         assert doc[k] == 0.0

@@ -57,13 +57,15 @@ async def test_samples_recorded_on_one_replica_reach_the_other(
     now = time.time()
     for i in range(100):
         outcome = Outcome.OK if i % 10 else Outcome.TIMEOUT
-        a.record(make_sample("m/x", at=now, ttft_ms=200.0 + i, outcome=outcome))
+        a.record(make_sample("m/x", at=now, ttft_ms=200.0 + i, outcome=outcome, cached_input_tokens=2,
+                             cache_write_input_tokens=3))
     took = await eventually(lambda: b.stats("m/x", 60).requests == 100, timeout=2.0)
     assert took < 2.0
     sb = b.stats("m/x", 60)
     assert sb.timeout_rate == pytest.approx(0.1)
     assert sb.ttft_ms is not None and sb.ttft_ms.p50 == pytest.approx(250, rel=0.02)
     assert sb.tokens.input == 100 * 100
+    assert (sb.tokens.cached_input, sb.tokens.cache_write_input) == (200, 300)  # cache reads and writes apart
     assert "m/x" in list(b.keys())
     # A's own view = Redis (its flushed data) + nothing pending: no double counting
     await eventually(lambda: a.flushes >= 2 and a.refreshes >= 2, timeout=2.0)
