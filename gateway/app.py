@@ -375,8 +375,9 @@ def create_app(config: Config, *, transport_factory: TransportFactory | None = N
         """Every endpoint of every model: catalogue facts and live stats over the last `window_s`."""
         window_s = window_of(window_s)
         services = services_of(request)
-        telemetry = services.telemetry
-        data = [endpoint_json(e, telemetry.stats(e.key, window_s))
+        telemetry, shaper = services.telemetry, services.dispatcher.shaper
+        data = [endpoint_json(e, telemetry.stats(e.key, window_s),
+                              None if shaper is None else shaper.view(e.provider.name))
                 for e in services.config.catalogue.endpoints()]
         return JSONResponse({"object": "list", "data": data})
 

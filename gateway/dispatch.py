@@ -37,6 +37,7 @@ from gateway.errors import (
     UpstreamMisconfigured,
 )
 from gateway.health.board import HealthBoard
+from gateway.limit_headers import Reported
 from gateway.record import Recorder, make_sample
 from gateway.retry import (
     RetryBudget,
@@ -308,8 +309,8 @@ class Dispatcher:
                     # The client went away (cancellation) while we waited: still pair begin() with end().
                     self.recorder.record(endpoint, meter, Outcome.CANCELLED, None, started_at, in_flight)
                     raise
-                if stream.exhausted_for_s is not None:
-                    self.health.cool_down(endpoint, stream.exhausted_for_s)  # served, but the next must wait
+                if stream.reported is not None:  # the provider's rate-limit headers (limit_headers.py)
+                    self._reported(endpoint, stream.reported)
                 stream.watch(self.recorder.progress, started_at, in_flight)
                 return stream, started_at, in_flight
         raise AssertionError("unreachable: Attempts raises the last failure")
@@ -326,8 +327,20 @@ class Dispatcher:
             raise CapacityFull("rate_limit")
         return max(0.1, budget_s - (time.perf_counter() - started))
 
+    def _reported(self, endpoint: Endpoint, reported: Reported) -> None:
+        """An answer said what is left of its provider's limits: the shaper learns it; a limit used
+        up cools the endpoint down until its reset (served, but the next must wait)."""
+        if self.shaper is not None:
+            self.shaper.learn(endpoint.provider, reported)
+        wait_s = reported.exhausted_s()
+        if wait_s is not None:
+            self.health.cool_down(endpoint, wait_s)
+
     def _failed(self, endpoint: Endpoint, meter: Meter, err: GatewayError, started_at: float, in_flight: int,
                 attempts: list[Attempt]) -> None:
+        reported = getattr(err, "reported", None)  # an UpstreamError's rate-limit headers
+        if reported is not None and self.shaper is not None:
+            self.shaper.learn(endpoint.provider, reported)
         outcome, speed = outcome_of(err), self.recorder.router.speed_model(endpoint.key)
         probe = err.status == 429 and speed is not None and speed.probing(in_flight)  # no news: no cool-down
         self.recorder.record(endpoint, meter, outcome, err.status, started_at, in_flight)

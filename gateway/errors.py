@@ -37,7 +37,10 @@ altogether.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.limit_headers import Reported
 
 import orjson
 
@@ -252,6 +255,7 @@ class UpstreamError(GatewayError):
         self.status = status
         self.body = body
         self.retry_after_s = retry_after_s
+        self.reported: Reported | None = None  # the provider's rate-limit headers (limit_headers.py)
         self.retryable = status in RETRYABLE_STATUSES
         self.metric_label = "rate_limited" if status == 429 else f"upstream_{status // 100}xx"
         if body is not None:

@@ -30,6 +30,7 @@ is tenacity's; the dispatcher only asks `attempts()`.
 
 Come back: another model is another answer. Before the dispatcher leaves a model for the next one in
 `models`, a 429 of that model that said to come back soon (`retry-after` / `retry-after-ms`, or the
+reset of the `anthropic-ratelimit-*` / `x-ratelimit-*` limit it said has none left, or the
 cool-down it started) is waited for and its endpoint tried once more, if the wait is within
 `retry.max_wait_s`, the request's first-token budget and its deadline (`come_back_after`).
 """
@@ -41,7 +42,6 @@ import contextlib
 import functools
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from email.utils import parsedate_to_datetime
 
 from tenacity import RetryCallState, wait_random_exponential
@@ -53,6 +53,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from gateway.limit_headers import Reported
 from gateway.routing.figures import failure_rate
 from gateway.telemetry.stats import EndpointStats
 
@@ -110,50 +111,6 @@ def _wait(number: int) -> float:
 
 
 # -- what a provider said about when to come back --------------------------------------------
-def duration_s(text: str) -> float | None:
-    """OpenAI's reset format ("1s", "6m0s", "250ms") or plain seconds."""
-    total, number = 0.0, ""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            return None
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    return total + float(number) if number else total
-
-
-def rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
-    """Seconds until a provider's rate limit resets, when it says none is left (`x-ratelimit-*`)."""
-    for kind in ("requests", "tokens"):
-        if headers.get(f"x-ratelimit-remaining-{kind}") == "0":
-            return duration_s(headers.get(f"x-ratelimit-reset-{kind}", "1s")) or 1.0
-    return None
-
-
-ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
-
-
-def anthropic_limit_exhausted(headers: Mapping[str, str]) -> float | None:
-    """Seconds until an Anthropic rate limit resets, when it says none is left
-    (`anthropic-ratelimit-<kind>-remaining: 0`, its `-reset` an RFC 3339 time); else OpenAI's
-    `x-ratelimit-*`, which Anthropic-compatible hosts may send instead."""
-    for kind in ANTHROPIC_LIMITS:
-        if headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0":
-            reset = headers.get(f"anthropic-ratelimit-{kind}-reset", "")
-            with contextlib.suppress(ValueError):
-                return max(0.0, datetime.fromisoformat(reset.replace("Z", "+00:00")).timestamp() - time.time()) or 1.0
-            return retry_after(headers) or 1.0
-    return rate_limit_exhausted(headers)
-
-
 def retry_after(headers: Mapping[str, str]) -> float | None:
     """`retry-after-ms` (OpenAI's, more precise) or `retry-after` in seconds or as an HTTP date."""
     with contextlib.suppress(ValueError):
@@ -170,6 +127,15 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
+
+
+def rate_limit_reset(headers: Mapping[str, str], reported: Reported | None) -> float | None:
+    """When a 429 says to come back: its `retry-after`, else the reset of the limit its rate-limit
+    headers say has none left (limit_headers.py)."""
+    wait = retry_after(headers)
+    if wait is None and reported is not None:
+        wait = reported.exhausted_s()
+    return wait
 
 
 def come_back_after(wait_s: float | None, endpoint_key: str, budget: RetryBudget, max_wait_s: float,

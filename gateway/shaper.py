@@ -22,6 +22,15 @@ every `RETRY_S`: the first that succeeds ends the outage.
 
 Queue depth and wait time per endpoint are reported through `on_queue` (`ultraroute_queue_depth`,
 `ultraroute_queue_wait_seconds`).
+
+Learned limits (`learn()`): every answer's rate-limit headers (limit_headers.py; 200s and 429s) say
+the provider's per-minute limits and what is left. A provider without `rate_limits` in the catalogue
+gets a bucket of the limits it states (`-limit`, a minute's burst), as if the catalogue had said
+them, and follows the provider when they change. Any provider's stock, learned or from the
+catalogue, is held within what the provider last said `remaining` (less what was taken since) until
+that limit's reset: never more than the provider will admit. The catalogue's `rate_limits`, when
+set, are the rates (a provider's headers may describe an organisation-wide limit the gateway's key
+shares, or be missing on some answers); the headers only ever lower the stock.
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.background import Outage, cancel_and_wait
 from gateway.capacity import PRIORITIES
 from gateway.config import Endpoint, Provider
+from gateway.limit_headers import Quota, Reported
 from gateway.redisconn import REDIS_FAILURES, connect
 
 log = logging.getLogger("ultraroute.shaper")
@@ -66,6 +77,7 @@ return out
 """
 UNLIMITED = 1e12
 RETRY_S = 1.0  # while Redis is unreachable, a lease is tried this often
+LEARNED_BURST_S = 60.0  # a learned limit's bucket holds a minute's worth, as providers' do
 
 
 @dataclass(slots=True)
@@ -83,11 +95,18 @@ class _Bucket:
     demand: float = 0.0  # requests that asked since the last sync (taken, spilled or waiting)
     mean_tokens: float = 1024.0  # tokens a request costs, on average (a running mean)
     waiters: list[tuple[int, int, float, str, asyncio.Future[None]]] = field(default_factory=list)
+    # What the provider last said is left (less what was taken since), until when (monotonic; 0: no cap).
+    cap_r: float = UNLIMITED
+    cap_k: float = UNLIMITED
+    cap_r_until: float = 0.0
+    cap_k_until: float = 0.0
 
     def take(self, tokens: float) -> bool:
         if self.stock_r >= 1.0 and self.stock_k >= tokens:
             self.stock_r -= 1.0
             self.stock_k -= tokens
+            self.cap_r -= 1.0
+            self.cap_k -= tokens
             return True
         return False
 
@@ -96,6 +115,61 @@ class _Bucket:
         self.refilled = now
         self.stock_r = min(self.burst_r, self.stock_r + dt * self.rate_r)
         self.stock_k = min(self.burst_k, self.stock_k + dt * self.rate_k)
+        self.clamp(now)
+
+    def hold(self, requests: Quota | None, tokens: Quota | None, now: float) -> None:
+        """The provider says what is left until its reset: the stock stays within it. A report of
+        more than the cap in force (an answer admitted before others now in flight) does not raise it."""
+        self.cap_r, self.cap_r_until = _held(self.cap_r, self.cap_r_until, requests, now)
+        self.cap_k, self.cap_k_until = _held(self.cap_k, self.cap_k_until, tokens, now)
+        self.clamp(now)
+
+    def clamp(self, now: float) -> None:
+        """Keep the stock within the provider's word; once a limit has reset, drop its cap (a
+        dimension the gateway does not pace is unlimited again)."""
+        if self.cap_r_until:
+            if now >= self.cap_r_until:
+                self.cap_r, self.cap_r_until = UNLIMITED, 0.0
+                if self.rate_r >= UNLIMITED:
+                    self.stock_r = UNLIMITED
+            else:
+                self.stock_r = max(0.0, min(self.stock_r, self.cap_r))
+        if self.cap_k_until:
+            if now >= self.cap_k_until:
+                self.cap_k, self.cap_k_until = UNLIMITED, 0.0
+                if self.rate_k >= UNLIMITED:
+                    self.stock_k = UNLIMITED
+            else:
+                self.stock_k = max(0.0, min(self.stock_k, self.cap_k))
+
+    def view(self) -> dict[str, float | None]:
+        """Per-minute limits, and what the provider last said is left while that holds."""
+        return {"requests_per_minute": round(self.rate_r * 60) if self.rate_r < UNLIMITED else None,
+                "tokens_per_minute": round(self.rate_k * 60) if self.rate_k < UNLIMITED else None,
+                "requests_left": max(0, math.floor(self.cap_r)) if self.cap_r_until else None,
+                "tokens_left": max(0, math.floor(self.cap_k)) if self.cap_k_until else None}
+
+
+def _held(cap: float, until: float, quota: Quota | None, now: float) -> tuple[float, float]:
+    """A cap and its end after a provider's report `quota` (a lower one, or the first after a reset, wins)."""
+    if quota is None or quota.remaining is None or (now < until and cap <= quota.remaining):
+        return cap, until
+    return float(quota.remaining), now + (quota.reset_s if quota.reset_s is not None else 1.0)
+
+
+def _bucket(rpm: int | None, tpm: int | None, burst_s: float, sync_s: float, local: bool) -> _Bucket:
+    """A provider's bucket for `rpm` requests and `tpm` tokens a minute (None: not limited)."""
+    burst = burst_s / 60.0
+    hold = 2 * sync_s  # stock older than this goes back (module doc)
+    b = _Bucket(rate_r=rpm / 60 if rpm else UNLIMITED,
+                burst_r=max(1.0, rpm * burst - rpm / 60 * hold) if rpm else UNLIMITED,
+                rate_k=tpm / 60 if tpm else UNLIMITED,
+                burst_k=max(1.0, tpm * burst - tpm / 60 * hold) if tpm else UNLIMITED)
+    if local:  # local buckets start full, like the provider's
+        b.stock_r, b.stock_k = b.burst_r, b.burst_k
+    b.stock_r = UNLIMITED if not rpm else b.stock_r
+    b.stock_k = UNLIMITED if not tpm else b.stock_k
+    return b
 
 
 def estimated_tokens(prompt_chars: int, max_tokens: int | None, default_output: int = 512) -> int:
@@ -108,29 +182,20 @@ class Shaper:
     def __init__(self, providers: Iterable[Provider], redis_url: str | None = None, prefix: str = "ur",
                  sync_s: float = 0.1) -> None:
         self._buckets: dict[str, _Bucket] = {}
+        self._learned: dict[str, tuple[int | None, int | None]] = {}  # provider -> the (rpm, tpm) it stated
         for p in providers:
             limits = p.rate_limits
-            if limits is None:
-                continue
-            rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
-            burst = limits.burst_s / 60.0
-            hold = 2 * sync_s  # stock older than this goes back (module doc)
-            b = _Bucket(rate_r=rpm / 60 if rpm else UNLIMITED,
-                        burst_r=max(1.0, rpm * burst - rpm / 60 * hold) if rpm else UNLIMITED,
-                        rate_k=tpm / 60 if tpm else UNLIMITED,
-                        burst_k=max(1.0, tpm * burst - tpm / 60 * hold) if tpm else UNLIMITED)
-            if not redis_url:  # local buckets start full, like the provider's
-                b.stock_r, b.stock_k = b.burst_r, b.burst_k
-            b.stock_r = UNLIMITED if not rpm else b.stock_r
-            b.stock_k = UNLIMITED if not tpm else b.stock_k
-            self._buckets[p.name] = b
+            if limits is not None:
+                self._buckets[p.name] = _bucket(limits.requests_per_minute, limits.tokens_per_minute,
+                                                limits.burst_s, sync_s, local=not redis_url)
         self.sync_s = sync_s
-        # Through the project's client factory (server, TLS, Sentinel, Cluster); no redis-py retries: a
-        # lease sent twice would draw the provider's stock twice.
-        self._redis = (connect(redis_url, timeout_s=0.5, decode_responses=True, retries=False)
-                       if redis_url and self._buckets else None)
+        self._redis_url = redis_url
+        self._redis: Any = None
+        self._lease: Any = None
         self._prefix = prefix
-        self._lease = self._redis.register_script(LEASE_SCRIPT) if self._redis is not None else None
+        if self._buckets:
+            self._connect()
+        self._running = False  # start() was called: a learned bucket starts the background task
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._tried = 0.0  # when a lease was last tried during an outage
@@ -138,8 +203,50 @@ class Shaper:
         self.outage = Outage(log, "rate-limit shaping", "each replica paces its providers alone")
         self.on_queue: Callable[[str, int, float | None], None] = lambda key, depth, waited: None
 
+    def _connect(self) -> None:
+        # Through the project's client factory (server, TLS, Sentinel, Cluster); no redis-py retries: a
+        # lease sent twice would draw the provider's stock twice.
+        if self._redis_url and self._redis is None:
+            self._redis = connect(self._redis_url, timeout_s=0.5, decode_responses=True, retries=False)
+            self._lease = self._redis.register_script(LEASE_SCRIPT)
+
     def limits(self, endpoint: Endpoint) -> bool:
         return endpoint.provider.name in self._buckets
+
+    def learn(self, provider: Provider, reported: Reported) -> None:
+        """What one of `provider`'s answers said of its limits (module doc: learned limits)."""
+        name = provider.name
+        requests, tokens = reported.requests, reported.tokens
+        b = self._buckets.get(name)
+        if provider.rate_limits is None:
+            stated = (requests.limit if requests else None, tokens.limit if tokens else None)
+            if (stated[0] or stated[1]) and self._learned.get(name) != stated:
+                b = self._learn_bucket(name, b, *stated)
+        if b is not None:
+            b.hold(requests, tokens, time.monotonic())
+
+    def _learn_bucket(self, name: str, old: _Bucket | None, rpm: int | None, tpm: int | None) -> _Bucket:
+        """A bucket for limits a provider stated; one it stated before keeps its stock and its line."""
+        self._connect()
+        b = _bucket(rpm, tpm, LEARNED_BURST_S, self.sync_s, local=self._local_mode)
+        if old is not None:
+            b.stock_r, b.stock_k = min(old.stock_r, b.burst_r), min(old.stock_k, b.burst_k)
+            b.waiters, b.demand, b.mean_tokens = old.waiters, old.demand, old.mean_tokens
+            b.cap_r, b.cap_k, b.cap_r_until, b.cap_k_until = old.cap_r, old.cap_k, old.cap_r_until, old.cap_k_until
+        self._buckets[name] = b
+        self._learned[name] = (rpm, tpm)
+        log.info("rate limits of %s learned from its headers: %s requests, %s tokens a minute", name,
+                 rpm or "no limit on", tpm or "no limit on")
+        if self._running and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="ultraroute-shaper")
+        return b
+
+    def view(self, provider: str) -> dict[str, Any] | None:
+        """The limits the shaper paces `provider` by, and where they come from (`/v1/endpoints`)."""
+        b = self._buckets.get(provider)
+        if b is None:
+            return None
+        return {"source": "learned" if provider in self._learned else "catalogue", **b.view()}
 
     def key(self, provider: str) -> str:
         return f"{{{self._prefix}:shape}}:{provider}"
@@ -195,10 +302,12 @@ class Shaper:
         return self._lease is None or self.outage.down
 
     async def start(self) -> None:
+        self._running = True
         if self._buckets:
             self._task = asyncio.create_task(self._run(), name="ultraroute-shaper")
 
     async def stop(self) -> None:
+        self._running = False
         await cancel_and_wait(self._task)
         self._task = None
         if self._redis is not None:
@@ -221,7 +330,7 @@ class Shaper:
         retry = self.outage.down and now - self._tried >= RETRY_S
         if retry:
             self._tried = now
-        for name, b in self._buckets.items():
+        for name, b in list(self._buckets.items()):  # a bucket may be learned during a lease
             if self._local_mode:
                 b.refill_locally(now)
             if self._lease is not None and (not self.outage.down or retry):
@@ -241,8 +350,8 @@ class Shaper:
         # Enough for the waiting requests and for the last interval's traffic again.
         need_r = len(b.waiters) + b.demand
         need_k = sum(w[2] for w in b.waiters) + b.demand * b.mean_tokens
-        want_r = math.ceil(max(0.0, need_r - b.stock_r + give_r)) if limited_r else 0
-        want_k = math.ceil(max(0.0, need_k - b.stock_k + give_k)) if limited_k else 0
+        want_r = math.ceil(max(0.0, min(need_r, b.cap_r) - b.stock_r + give_r)) if limited_r else 0
+        want_k = math.ceil(max(0.0, min(need_k, b.cap_k) - b.stock_k + give_k)) if limited_k else 0
         if not (want_r or want_k or give_r or give_k or probe):
             return
         args = [b.rate_r, b.burst_r, want_r, give_r] if limited_r else [0, 0, 0, 0]
@@ -258,5 +367,6 @@ class Shaper:
             b.stock_r += float(grant[0]) - give_r
         if limited_k:
             b.stock_k += float(grant[1]) - give_k
+        b.clamp(time.monotonic())
         if want_r or want_k:
             b.leased = now

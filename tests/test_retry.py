@@ -10,16 +10,15 @@ import httpx
 import pytest
 
 from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
+from gateway.limit_headers import duration_s, read
 from gateway.retry import (
     RetryBudget,
-    anthropic_limit_exhausted,
     attempts,
     come_back_after,
-    duration_s,
     exceeds_context,
     model_cannot_take,
     mostly_works,
-    rate_limit_exhausted,
+    rate_limit_reset,
     retry_after,
     worth_retrying_same,
 )
@@ -128,6 +127,16 @@ async def test_a_retry_is_announced_and_drawn_from_the_budget() -> None:
     assert seen == [502]
 
 
+def rate_limit_exhausted(headers: httpx.Headers) -> float | None:
+    reported = read(headers)
+    return None if reported is None else reported.exhausted_s()
+
+
+def anthropic_limit_exhausted(headers: httpx.Headers) -> float | None:
+    reported = read(headers, anthropic=True)
+    return None if reported is None else reported.exhausted_s()
+
+
 def test_rate_limit_headers_at_zero_mean_cool_down() -> None:
     assert duration_s("6m0s") == 360 and duration_s("250ms") == 0.25 and duration_s("2") == 2
     assert duration_s("soon") is None
@@ -145,6 +154,15 @@ def test_anthropic_rate_limit_headers_at_zero_mean_cool_down_until_the_reset() -
     assert anthropic_limit_exhausted(httpx.Headers({"anthropic-ratelimit-requests-remaining": "3"})) is None
     openai_style = httpx.Headers({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"})
     assert anthropic_limit_exhausted(openai_style) == 2.0
+
+
+def test_a_429_without_retry_after_comes_back_at_the_reset_of_the_limit_used_up() -> None:
+    reset = datetime.fromtimestamp(time.time() + 3, UTC).isoformat().replace("+00:00", "Z")
+    headers = httpx.Headers({"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset})
+    assert 2 < (rate_limit_reset(headers, read(headers, anthropic=True)) or 0) <= 3
+    # retry-after, when given, is the provider's own word on it
+    assert rate_limit_reset(httpx.Headers({**headers, "retry-after": "7"}), read(headers, anthropic=True)) == 7
+    assert rate_limit_reset(httpx.Headers({}), None) is None
 
 
 def test_retry_after_in_milliseconds_seconds_or_a_date() -> None:

@@ -15,7 +15,10 @@ from gateway.telemetry.sketch import Sketch
 from gateway.telemetry.stats import EndpointStats
 
 
-def endpoint_json(endpoint: Endpoint, stats: EndpointStats) -> dict[str, Any]:
+def endpoint_json(endpoint: Endpoint, stats: EndpointStats,
+                  rate_limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`rate_limits`: what the request shaper paces its provider by (shaper.py `view`): from the
+    catalogue or learned from the provider's headers, and what the provider last said is left."""
     price: dict[str, Any] | None = None
     if endpoint.price is not None:
         price = endpoint.price.model_dump()
@@ -35,6 +38,7 @@ def endpoint_json(endpoint: Endpoint, stats: EndpointStats) -> dict[str, Any]:
         "capabilities": sorted(endpoint.capabilities),
         "advertised": endpoint.advertised.model_dump(),
         "available": endpoint.available,
+        "rate_limits": rate_limits,
         "stats": stats.to_json(),
     }
 

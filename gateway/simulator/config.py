@@ -96,6 +96,7 @@ class EndpointProfile(BaseModel):
     capacity: int = Field(256, ge=0)  # 0 = every request is rate limited
     # A rate card's limit: a token bucket holding a minute's worth, refilled continuously. 0 = none.
     requests_per_minute: int = Field(0, ge=0)
+    tokens_per_minute: int = Field(0, ge=0)  # prompt + answer tokens, taken at admission (rate_card.py)
     retry_after_s: float = Field(1.0, ge=0.0)
     output_tokens: int = Field(64, ge=0)
     # With a limit set, an answer has exactly `limit` tokens (finish "length") unless this is set: then

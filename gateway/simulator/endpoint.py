@@ -40,6 +40,7 @@ from gateway.simulator.native_payloads import anthropic_error_body, error_event,
 from gateway.simulator.native_request import parse_native_request
 from gateway.simulator.payloads import MALFORMED, ChunkWriter, completion_body, error_body, sse
 from gateway.simulator.prompt_cache import PromptCache
+from gateway.simulator.rate_card import RateCard
 from gateway.simulator.stats import Attempt, EndpointStats, RecentRequests
 
 API_PATHS = ("/chat/completions", "/completions", "/embeddings", "/messages", "/responses")
@@ -75,8 +76,7 @@ class Endpoint:
         self._stats = EndpointStats()
         self._forced_errors = profile.faults.error_next  # left of `faults.error_next`
         self.requests = RecentRequests()  # what clients sent, for tests (admin: .../requests)
-        self._rpm_left = float(profile.requests_per_minute)  # the rate card's bucket starts full
-        self._rpm_at = time.monotonic()
+        self._card = RateCard(0, 0)  # the profile's, full, from reset_stats()
         self.reset_stats()
 
     # ---- lifecycle and admin ------------------------------------------------------------------
@@ -118,6 +118,7 @@ class Endpoint:
 
     def reset_stats(self) -> None:
         self._stats.clear()
+        self._card = RateCard(self.profile.requests_per_minute, self.profile.tokens_per_minute)
         self.requests.clear()
         self.prefix_cache.clear()
         # Per-endpoint streams derived from the simulator seed: reproducible, and one endpoint's
@@ -182,8 +183,12 @@ class Endpoint:
                 )
             if self.active >= profile.capacity:
                 raise rate_limited(profile, f"Rate limit reached: {profile.capacity} concurrent requests")
-            if profile.requests_per_minute and not self._take_rpm(profile.requests_per_minute):
-                raise rate_limited(profile, f"Rate limit reached: {profile.requests_per_minute} requests per minute")
+            if not self._card.matches(profile.requests_per_minute, profile.tokens_per_minute):
+                self._card = RateCard(profile.requests_per_minute, profile.tokens_per_minute)  # patched
+            broken = self._card.take(job.prompt_tokens + job.n_tokens)
+            if broken is not None:
+                per_minute = profile.requests_per_minute if broken == "requests" else profile.tokens_per_minute
+                raise rate_limited(profile, f"Rate limit reached: {per_minute} {broken} per minute")
         except ApiError as err:
             self._send_error(conn, attempt, err, echo_key, kind)
             self._stats.finish(attempt, loop.time() - req.arrived)
@@ -223,26 +228,9 @@ class Endpoint:
             self.active -= 1
             self._stats.finish(attempt, loop.time() - req.arrived)
 
-    def _limit_headers(self, profile: EndpointProfile, job: ChatJob) -> list[tuple[str, str]]:
-        """Anthropic's rate-limit headers on a Messages answer, from the requests-per-minute card."""
-        if job.kind != "messages" or not profile.requests_per_minute:
-            return []
-        rpm = profile.requests_per_minute
-        left = int(self._rpm_left)
-        reset = time.time() + (1.0 - (self._rpm_left - left)) * 60.0 / rpm  # when the next request is free
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(reset)) + f".{int(reset % 1 * 1000):03d}Z"
-        return [("anthropic-ratelimit-requests-limit", str(rpm)),
-                ("anthropic-ratelimit-requests-remaining", str(left)),
-                ("anthropic-ratelimit-requests-reset", stamp)]
-
-    def _take_rpm(self, rpm: int) -> bool:
-        now = time.monotonic()
-        self._rpm_left = min(float(rpm), self._rpm_left + (now - self._rpm_at) * rpm / 60.0)
-        self._rpm_at = now
-        if self._rpm_left >= 1.0:
-            self._rpm_left -= 1.0
-            return True
-        return False
+    def _limit_headers(self, job: ChatJob) -> list[tuple[str, str]]:
+        """The rate card's headers on an answer (rate_card.py), in the API's own names."""
+        return self._card.headers(job.kind)
 
     # ---- per-request draws --------------------------------------------------------------------
 
@@ -344,7 +332,7 @@ class Endpoint:
         if not job.stream:
             attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
             body = completion_body(job) if job.kind in ("chat", "completions") else native_writer(job).body()
-            conn.send(200, body, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)])
+            conn.send(200, body, [("x-simulator-endpoint", self.name), *self._limit_headers(job)])
             attempt.tokens = n
         attempt.status = 200
         attempt.outcome = "malformed" if plan.malformed else "no_done" if plan.no_done else "ok"
@@ -386,7 +374,7 @@ class Endpoint:
         first, last = payload(0, min(1, stop))
         attempt.status = 200
         attempt.first_byte_ms = (asyncio.get_running_loop().time() - arrived) * 1000.0
-        conn.start_stream(200, [("x-simulator-endpoint", self.name), *self._limit_headers(profile, job)],
+        conn.start_stream(200, [("x-simulator-endpoint", self.name), *self._limit_headers(job)],
                           first_chunk=first, last=last)
         if stop > 1:
 

@@ -18,7 +18,8 @@ import orjson
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
 from gateway.errors import GatewayError, UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.retry import anthropic_limit_exhausted, rate_limit_exhausted, retry_after
+from gateway.limit_headers import read as read_limits
+from gateway.retry import rate_limit_reset, retry_after
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
@@ -73,7 +74,12 @@ async def _error_from_response(response: UpstreamResponse, endpoint: Endpoint) -
         # Our key is wrong or lacks access: that endpoint is misconfigured; the provider's text may
         # echo the key, so it is not passed on.
         return UpstreamMisconfigured(f"provider rejected the gateway's credentials (HTTP {status})", status)
-    return UpstreamError(message, status=status, body=body, retry_after_s=retry_after(response.headers))
+    # A 429 without `retry-after` comes back when the limit its headers say is used up resets.
+    reported = read_limits(response.headers, endpoint.provider.api == "anthropic")
+    wait = rate_limit_reset(response.headers, reported) if status == 429 else retry_after(response.headers)
+    err = UpstreamError(message, status=status, body=body, retry_after_s=wait)
+    err.reported = reported  # the shaper learns from a 429's headers as from a 200's (dispatch.py)
+    return err
 
 
 async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing, meter: Meter, budget_s: float,
@@ -101,10 +107,9 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing,
     if body.translator is None:
         stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
                                 first_token_early=streaming)
-        stream.exhausted_for_s = rate_limit_exhausted(response.headers)
     else:
         stream = TranslatedStream(endpoint, response, meter, stall_s, lag, translator=body.translator())
-        stream.exhausted_for_s = anthropic_limit_exhausted(response.headers)
+    stream.reported = read_limits(response.headers, endpoint.provider.api == "anthropic")
     try:
         await stream.open_gate(budget)
     except BaseException:

@@ -27,6 +27,7 @@ import orjson
 
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.limit_headers import Reported
 from gateway.serve.lag import Budget, LoopLag
 from gateway.upstreams.client import TRANSPORT_ERRORS, UpstreamResponse, redact
 from gateway.upstreams.sse import DONE, SSEDecoder
@@ -140,7 +141,7 @@ class UpstreamStream:
         self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
         self._ended = False
         self.failure: GatewayError | None = None  # set when the stream broke after the gate
-        self.exhausted_for_s: float | None = None  # the provider said its rate limit is used up
+        self.reported: Reported | None = None  # what its headers said of the provider's rate limits
         self._progress: Progress | None = None
         self._progress_of: tuple[float, int] = (0.0, 0)  # sent at (wall clock), in flight then
         self._check_at = float("inf")  # perf_counter time of the next progress report

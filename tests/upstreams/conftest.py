@@ -10,6 +10,8 @@ Anthropic Messages (`claude`, `claude-fast`), OpenAI Responses (`gpt`) and chat 
     w   claude with prompt-cache prices
     d   claude-down (anthropic fast, for demotion after silent downgrades), then open
     l   claude-limited (anthropic, 2 requests a minute, with anthropic-ratelimit-* headers), then open
+    q   claude-paced (anthropic, 4 requests a minute, no rate_limits in the catalogue)
+    h   open-paced (chat, 4 requests a minute with x-ratelimit-* headers, no rate_limits)
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "Wea
 def sim() -> Iterator[SimProcess]:
     profiles = {"claude": {**PROFILE, "reasoning_tokens": 3}, "claude-fast": PROFILE, "gpt": PROFILE,
                 "open": {**PROFILE, "tokens_per_second": 300},
-                "claude-limited": {**PROFILE, "requests_per_minute": 2}, "claude-down": PROFILE}
+                "claude-limited": {**PROFILE, "requests_per_minute": 2}, "claude-down": PROFILE,
+                "claude-paced": {**PROFILE, "requests_per_minute": 4, "tokens_per_minute": 100_000},
+                "open-paced": {**PROFILE, "requests_per_minute": 4, "tokens_per_minute": 100_000}}
     with SimProcess(make_sim_config(profiles)) as process:
         yield process
 
@@ -58,6 +62,9 @@ def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
         "d": [{"sim": "claude-down", "api": "anthropic", "tier": "fast", "service_tier": "fast"},
               {"sim": "open", "tier": "standard"}],
         "l": [{"sim": "claude-limited", "api": "anthropic", "tier": "fast"}, {"sim": "open", "tier": "standard"}],
+        # No rate_limits: the gateway learns them from the answers' headers.
+        "q": [{"sim": "claude-paced", "api": "anthropic"}],
+        "h": [{"sim": "open-paced"}],
         # Prompt-cache prices: reads, 5-minute and 1-hour writes.
         "w": [{"sim": "claude", "api": "anthropic", "model": "claude-haiku-4-5", "id": "claude-cache",
                "price": {"input": 1.0, "cached_input": 0.1, "cache_write": 1.25, "cache_write_1h": 2.0,
