@@ -22,6 +22,7 @@ from datetime import datetime
 
 ANTHROPIC_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
 OPENAI_KINDS = ("requests", "tokens")
+_ANTHROPIC_REMAINING = tuple((k, f"anthropic-ratelimit-{k}-remaining") for k in ANTHROPIC_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +99,11 @@ def read(headers: Mapping[str, str], anthropic: bool = False) -> Reported | None
     """The limits an answer's headers state (`anthropic`: the provider speaks Anthropic Messages,
     whose headers are looked for first); None if it states none."""
     if anthropic:
-        names = [(k, f"anthropic-ratelimit-{k}-remaining") for k in ANTHROPIC_KINDS]
-        found = [(k, v) for k, name in names if (v := headers.get(name)) is not None]
+        found: list[tuple[str, str]] | None = None  # a plain loop: no list or names built for none
+        for kind, name in _ANTHROPIC_REMAINING:
+            value = headers.get(name)
+            if value is not None:
+                found = [*(found or ()), (kind, value)]
         if found:
             return Reported(tuple(
                 (k, Quota(_int(headers.get(f"anthropic-ratelimit-{k}-limit")), _int(v),
