@@ -112,6 +112,9 @@ class _Ranked:
     stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
     sort: Sort | None
     credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
+    # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
+    # request alone (`_best_case_s`): exploring one that could not beat the best now only costs its user.
+    best_case: dict[str, float]
 
 
 class Router:
@@ -294,6 +297,8 @@ class Router:
             k = c.endpoint.key
             curves[k] = self._curve(c.endpoint, stats[k])
         stale_after = self.settings.stale_after_s
+        stale = tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
+                      if (age := stats[c.endpoint.key].age_s) is None or age > stale_after)
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
         ranked = self._ranked[key] = _Ranked(
@@ -307,8 +312,7 @@ class Router:
             n_tokens=n_tokens,
             live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
             cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
-                        if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
+            stale=stale,
             by_key={c.endpoint.key: c for c in ordered},
             index={c.endpoint.key: i for i, c in enumerate(ordered)},
             cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
@@ -317,6 +321,8 @@ class Router:
             sort=sort,
             credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
                           for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
+            best_case={c.endpoint.key: _best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
+                       for c in stale} if sort is Sort.E2E else {},
         )
         return ranked
 
@@ -333,7 +339,7 @@ class Router:
         if prefs.order:
             return default
         if ranked.sort is not None:
-            explored = self._explore(ranked, default)
+            explored = self._explore(ranked, default, scored)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
@@ -457,10 +463,14 @@ class Router:
             return None, verdict.why
         return Candidate(c.endpoint, figures or c.figures, c.tier_rank, ("sticky", verdict.why)), None
 
-    def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
+    def _explore(self, ranked: _Ranked, default: Candidate, scored: list[_Scored] | None) -> Candidate | None:
         """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
         `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
-        that, whatever the traffic -- and a stale one by chance (`explore_rate`)."""
+        that, whatever the traffic -- and a stale one by chance (`explore_rate`). With `sort: e2e`
+        (and agent-sized prompts without a sort) only a stale one that could win: its best case for
+        this request -- as fast as it was ever measured or claims to be, alone -- beats the best now.
+        The prompt's prefill is part of what an exploration costs its user: a 10k-token prompt sent
+        to a GPU host at 4k tokens/s to learn whether it recovered cost ~3 s, 5x the turn elsewhere."""
         # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
         cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
@@ -472,8 +482,12 @@ class Router:
             recheck = self._rechecks.due(ranked.live, _key, self.telemetry.in_flight, now)
             if recheck is not None:
                 return recheck
+        stale = ranked.stale
+        if ranked.best_case and scored:
+            best_now = min((s[3].e2e_s for s in scored if s[0] < inf), default=inf)  # not a full one's
+            stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
         # The cached order's first too: the live choice may be another.
-        for c in ranked.stale if ranked.live_choice else ():
+        for c in stale if ranked.live_choice else ():
             key = c.endpoint.key
             due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
             if due and not self.telemetry.in_flight(key):
@@ -482,10 +496,17 @@ class Router:
         if self._rng.random() < self.settings.explore_rate:
             # Not one already being explored: its answer is the news; more requests meanwhile learn
             # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
-            stale = [c for c in ranked.stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
-            if stale:
-                return self._rng.choice(stale)
+            chances = [c for c in stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
+            if chances:
+                return self._rng.choice(chances)
         return None
+
+
+def _best_case_s(endpoint: Endpoint, measured: Curve, n_tokens: int, prompt_tokens: int) -> float:
+    """The least end-to-end time an endpoint would take for this request alone, by its measured curve or
+    by its catalogue claims, whichever promises more (inf: neither gives a decode rate, nothing known)."""
+    claimed = curve(endpoint, None, None, None).predict(0, n_tokens, None, prompt_tokens)
+    return min(measured.predict(0, n_tokens, None, prompt_tokens).e2e_s, claimed.e2e_s)
 
 
 def _key(c: Candidate) -> str:
