@@ -46,7 +46,7 @@ from gateway.routing.speed import (
     curve,
     fallback_scores,
 )
-from gateway.routing.stay import cache_credit, judge_stay
+from gateway.routing.stay import cache_credit, judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -447,7 +447,10 @@ class Router:
         """(the holder of the session's cache, if the turn stays there; else why it moves, if it had one)."""
         if session is None or prefs.sticky is False:
             return None, None
-        holder = self.sessions.holder(session)
+        holders = self.sessions.holders(session)
+        # A rule sticks to the last turn's endpoint; the trade-off weighs the cache most worth going to.
+        holder = (holders[0] if holders else None) if prefs.sticky or ranked.sort is None else \
+            richest_holder(ranked, holders)
         c = ranked.by_key.get(holder.endpoint_key) if holder is not None else None
         if c is None or c.notes or holder is None:  # gone from the plan, spilled or below a threshold
             return None, None
