@@ -123,6 +123,7 @@ class Router:
                  clock: Callable[[], float] = time.monotonic,
                  unavailable: Callable[[str], bool] | None = None) -> None:
         self.catalogue = catalogue
+        self._endpoints = {e.key: e for e in catalogue.endpoints()}
         self.telemetry = telemetry
         # Whether health keeps an endpoint from being tried now (a 429's cool-down, an open circuit):
         # the live choice passes such an endpoint over rather than leave the request to its fallback.
@@ -134,8 +135,9 @@ class Router:
         self._speed: dict[str, SpeedModel] = {}
         self._explored: dict[str, float] = {}  # endpoint key -> when a stale endpoint was last explored
         self._rechecks = Rechecks(self.settings.recheck)
-        self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
-        self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
+        # Keyed by (model, preferences, request shape, the session's holder judged warm: `_warm_holder`).
+        self._static: dict[tuple[str, Preferences, RequestShape, str | None], _Static] = {}
+        self._ranked: dict[tuple[str, Preferences, RequestShape, str | None], _Ranked] = {}
 
     def carry_over(self, old: Router) -> None:
         """After a reload: keep what `old` learnt (speed-vs-load models and capacities learned from
@@ -189,22 +191,24 @@ class Router:
         primary = self.resolve_model(request.model, "model")
         models = [primary, *(self.resolve_model(m, "models") for m in request.fallback_models)]
         shape = request_shape(request)
+        session = request.session_key
+        explicit = session is not None
+        if session is None and prefs.sticky is not False and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
+            session = derived_session_key(request)
+        warm = self._warm_holder(session, shape, prefs)
         parts: list[_Ranked] = []
         excluded: list[Exclusion] = []
         for model in dict.fromkeys(models):
-            static = self._static_part(model, prefs, shape)
+            static = self._static_part(model, prefs, shape, warm)
             excluded += static.excluded
             if static.eligible:
-                parts.append(self._ranked_part(model, prefs, shape, static))
+                parts.append(self._ranked_part(model, prefs, shape, static, warm))
         if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
 
         head = parts[0]
-        session = request.session_key
-        explicit = session is not None
-        if session is None and (prefs.sticky or (prefs.sticky is None and (
-                head.cache_pays or shape.prompt_tokens >= DERIVE_SESSION_ABOVE))):
+        if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `_fallback_order`).
@@ -223,8 +227,18 @@ class Router:
         return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
                     strategy=strategy, spills=spills, session_key=session)
 
-    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape) -> _Static:
-        key = (model, prefs, shape)
+    def _warm_holder(self, session: str | None, shape: RequestShape, prefs: Preferences) -> str | None:
+        """The session's last endpoint, if `max_uncached_input_tokens` would filter it out as for a cold
+        prompt while the cache it holds leaves less than that uncached: judged warm, it stays a candidate."""
+        holder = self.sessions.holder(session) if session is not None and prefs.sticky is not False else None
+        endpoint = None if holder is None else self._endpoints.get(holder.endpoint_key)
+        limit = None if endpoint is None else endpoint.max_uncached_input_tokens
+        if limit is None or holder is None or shape.prompt_tokens <= limit:
+            return None
+        return holder.endpoint_key if shape.prompt_tokens - holder.input_tokens <= limit else None
+
+    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape, warm: str | None = None) -> _Static:
+        key = (model, prefs, shape, warm)
         hit = self._static.get(key)
         if hit is not None:
             return hit
@@ -232,7 +246,7 @@ class Router:
         ranks = tier_ranks(prefs.speed, prefs.sort, (e.tier for e in endpoints), prefs.allow_fallbacks)
         eligible, excluded = [], []
         for e in endpoints:
-            reason = exclusion_reason(e, shape, prefs)
+            reason = exclusion_reason(e, shape, prefs, e.key == warm)
             # An endpoint named by its id in `only` was asked for, whatever its tier.
             named = prefs.only is not None and (e.id in prefs.only or e.key in prefs.only)
             if reason is None and e.tier not in ranks and not named:
@@ -263,8 +277,8 @@ class Router:
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
-                     static: _Static) -> _Ranked:
-        key = (model, prefs, shape)
+                     static: _Static, warm: str | None = None) -> _Ranked:
+        key = (model, prefs, shape, warm)
         now = self._clock()
         hit = self._ranked.get(key)
         if hit is not None and now < hit.expires:
