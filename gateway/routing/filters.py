@@ -65,7 +65,9 @@ def matches(endpoint: Endpoint, names: Iterable[str]) -> bool:
     return any(n in (endpoint.id, endpoint.provider.name, endpoint.key) for n in names)
 
 
-def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences) -> str | None:
+def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences, warm: bool = False) -> str | None:
+    """`warm`: the endpoint holds the session's cache, leaving no more than `max_uncached_input_tokens`
+    uncached (the router judges that: routing/router.py `_warm_holder`)."""
     if not endpoint.available:
         return "unavailable: provider key not set"
     if shape.upstream not in endpoint.apis:
@@ -93,8 +95,7 @@ def exclusion_reason(endpoint: Endpoint, shape: RequestShape, prefs: Preferences
         if needed > endpoint.context_length:
             return f"context length {endpoint.context_length} too small (~{needed} tokens needed)"
     limit = endpoint.max_uncached_input_tokens
-    if limit is not None and shape.prompt_tokens > limit:
-        # Judged cold: whether this endpoint holds the prompt's prefix is not known here.
+    if limit is not None and shape.prompt_tokens > limit and not warm:
         return f"cold prompt ~{shape.prompt_tokens} tokens > max_uncached_input_tokens {limit}"
     if shape.max_tokens and endpoint.max_output_tokens and shape.max_tokens > endpoint.max_output_tokens:
         return f"max_output_tokens {endpoint.max_output_tokens} < max_tokens {shape.max_tokens}"

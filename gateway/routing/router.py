@@ -46,7 +46,7 @@ from gateway.routing.speed import (
     curve,
     fallback_scores,
 )
-from gateway.routing.stay import cache_credit, judge_stay
+from gateway.routing.stay import cache_credit, judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -112,6 +112,9 @@ class _Ranked:
     stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
     sort: Sort | None
     credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
+    # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
+    # request alone (`_best_case_s`): exploring one that could not beat the best now only costs its user.
+    best_case: dict[str, float]
 
 
 class Router:
@@ -120,6 +123,7 @@ class Router:
                  clock: Callable[[], float] = time.monotonic,
                  unavailable: Callable[[str], bool] | None = None) -> None:
         self.catalogue = catalogue
+        self._endpoints = {e.key: e for e in catalogue.endpoints()}
         self.telemetry = telemetry
         # Whether health keeps an endpoint from being tried now (a 429's cool-down, an open circuit):
         # the live choice passes such an endpoint over rather than leave the request to its fallback.
@@ -131,8 +135,9 @@ class Router:
         self._speed: dict[str, SpeedModel] = {}
         self._explored: dict[str, float] = {}  # endpoint key -> when a stale endpoint was last explored
         self._rechecks = Rechecks(self.settings.recheck)
-        self._static: dict[tuple[str, Preferences, RequestShape], _Static] = {}
-        self._ranked: dict[tuple[str, Preferences, RequestShape], _Ranked] = {}
+        # Keyed by (model, preferences, request shape, the session's holder judged warm: `_warm_holder`).
+        self._static: dict[tuple[str, Preferences, RequestShape, str | None], _Static] = {}
+        self._ranked: dict[tuple[str, Preferences, RequestShape, str | None], _Ranked] = {}
 
     def carry_over(self, old: Router) -> None:
         """After a reload: keep what `old` learnt (speed-vs-load models and capacities learned from
@@ -186,22 +191,24 @@ class Router:
         primary = self.resolve_model(request.model, "model")
         models = [primary, *(self.resolve_model(m, "models") for m in request.fallback_models)]
         shape = request_shape(request)
+        session = request.session_key
+        explicit = session is not None
+        if session is None and prefs.sticky is not False and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
+            session = derived_session_key(request)
+        warm = self._warm_holder(session, shape, prefs)
         parts: list[_Ranked] = []
         excluded: list[Exclusion] = []
         for model in dict.fromkeys(models):
-            static = self._static_part(model, prefs, shape)
+            static = self._static_part(model, prefs, shape, warm)
             excluded += static.excluded
             if static.eligible:
-                parts.append(self._ranked_part(model, prefs, shape, static))
+                parts.append(self._ranked_part(model, prefs, shape, static, warm))
         if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
 
         head = parts[0]
-        session = request.session_key
-        explicit = session is not None
-        if session is None and (prefs.sticky or (prefs.sticky is None and (
-                head.cache_pays or shape.prompt_tokens >= DERIVE_SESSION_ABOVE))):
+        if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `_fallback_order`).
@@ -220,8 +227,18 @@ class Router:
         return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
                     strategy=strategy, spills=spills, session_key=session)
 
-    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape) -> _Static:
-        key = (model, prefs, shape)
+    def _warm_holder(self, session: str | None, shape: RequestShape, prefs: Preferences) -> str | None:
+        """The session's last endpoint, if `max_uncached_input_tokens` would filter it out as for a cold
+        prompt while the cache it holds leaves less than that uncached: judged warm, it stays a candidate."""
+        holder = self.sessions.holder(session) if session is not None and prefs.sticky is not False else None
+        endpoint = None if holder is None else self._endpoints.get(holder.endpoint_key)
+        limit = None if endpoint is None else endpoint.max_uncached_input_tokens
+        if limit is None or holder is None or shape.prompt_tokens <= limit:
+            return None
+        return holder.endpoint_key if shape.prompt_tokens - holder.input_tokens <= limit else None
+
+    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape, warm: str | None = None) -> _Static:
+        key = (model, prefs, shape, warm)
         hit = self._static.get(key)
         if hit is not None:
             return hit
@@ -229,7 +246,7 @@ class Router:
         ranks = tier_ranks(prefs.speed, prefs.sort, (e.tier for e in endpoints), prefs.allow_fallbacks)
         eligible, excluded = [], []
         for e in endpoints:
-            reason = exclusion_reason(e, shape, prefs)
+            reason = exclusion_reason(e, shape, prefs, e.key == warm)
             # An endpoint named by its id in `only` was asked for, whatever its tier.
             named = prefs.only is not None and (e.id in prefs.only or e.key in prefs.only)
             if reason is None and e.tier not in ranks and not named:
@@ -260,8 +277,8 @@ class Router:
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
-                     static: _Static) -> _Ranked:
-        key = (model, prefs, shape)
+                     static: _Static, warm: str | None = None) -> _Ranked:
+        key = (model, prefs, shape, warm)
         now = self._clock()
         hit = self._ranked.get(key)
         if hit is not None and now < hit.expires:
@@ -294,6 +311,8 @@ class Router:
             k = c.endpoint.key
             curves[k] = self._curve(c.endpoint, stats[k])
         stale_after = self.settings.stale_after_s
+        stale = tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
+                      if (age := stats[c.endpoint.key].age_s) is None or age > stale_after)
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
         ranked = self._ranked[key] = _Ranked(
@@ -307,8 +326,7 @@ class Router:
             n_tokens=n_tokens,
             live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
             cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
-                        if (age := stats[c.endpoint.key].age_s) is None or age > stale_after),
+            stale=stale,
             by_key={c.endpoint.key: c for c in ordered},
             index={c.endpoint.key: i for i, c in enumerate(ordered)},
             cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
@@ -317,6 +335,8 @@ class Router:
             sort=sort,
             credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
                           for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
+            best_case={c.endpoint.key: _best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
+                       for c in stale} if sort is Sort.E2E else {},
         )
         return ranked
 
@@ -333,7 +353,7 @@ class Router:
         if prefs.order:
             return default
         if ranked.sort is not None:
-            explored = self._explore(ranked, default)
+            explored = self._explore(ranked, default, scored)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
@@ -441,7 +461,10 @@ class Router:
         """(the holder of the session's cache, if the turn stays there; else why it moves, if it had one)."""
         if session is None or prefs.sticky is False:
             return None, None
-        holder = self.sessions.holder(session)
+        holders = self.sessions.holders(session)
+        # A rule sticks to the last turn's endpoint; the trade-off weighs the cache most worth going to.
+        holder = (holders[0] if holders else None) if prefs.sticky or ranked.sort is None else \
+            richest_holder(ranked, holders)
         c = ranked.by_key.get(holder.endpoint_key) if holder is not None else None
         if c is None or c.notes or holder is None:  # gone from the plan, spilled or below a threshold
             return None, None
@@ -457,10 +480,14 @@ class Router:
             return None, verdict.why
         return Candidate(c.endpoint, figures or c.figures, c.tier_rank, ("sticky", verdict.why)), None
 
-    def _explore(self, ranked: _Ranked, default: Candidate) -> Candidate | None:
+    def _explore(self, ranked: _Ranked, default: Candidate, scored: list[_Scored] | None) -> Candidate | None:
         """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
         `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
-        that, whatever the traffic -- and a stale one by chance (`explore_rate`)."""
+        that, whatever the traffic -- and a stale one by chance (`explore_rate`). With `sort: e2e`
+        (and agent-sized prompts without a sort) only a stale one that could win: its best case for
+        this request -- as fast as it was ever measured or claims to be, alone -- beats the best now.
+        The prompt's prefill is part of what an exploration costs its user: a 10k-token prompt sent
+        to a GPU host at 4k tokens/s to learn whether it recovered cost ~3 s, 5x the turn elsewhere."""
         # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
         cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
         if cold and self._rng.random() < self.settings.cold_explore_rate:
@@ -472,8 +499,12 @@ class Router:
             recheck = self._rechecks.due(ranked.live, _key, self.telemetry.in_flight, now)
             if recheck is not None:
                 return recheck
+        stale = ranked.stale
+        if ranked.best_case and scored:
+            best_now = min((s[3].e2e_s for s in scored if s[0] < inf), default=inf)  # not a full one's
+            stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
         # The cached order's first too: the live choice may be another.
-        for c in ranked.stale if ranked.live_choice else ():
+        for c in stale if ranked.live_choice else ():
             key = c.endpoint.key
             due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
             if due and not self.telemetry.in_flight(key):
@@ -482,10 +513,17 @@ class Router:
         if self._rng.random() < self.settings.explore_rate:
             # Not one already being explored: its answer is the news; more requests meanwhile learn
             # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
-            stale = [c for c in ranked.stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
-            if stale:
-                return self._rng.choice(stale)
+            chances = [c for c in stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
+            if chances:
+                return self._rng.choice(chances)
         return None
+
+
+def _best_case_s(endpoint: Endpoint, measured: Curve, n_tokens: int, prompt_tokens: int) -> float:
+    """The least end-to-end time an endpoint would take for this request alone, by its measured curve or
+    by its catalogue claims, whichever promises more (inf: neither gives a decode rate, nothing known)."""
+    claimed = curve(endpoint, None, None, None).predict(0, n_tokens, None, prompt_tokens)
+    return min(measured.predict(0, n_tokens, None, prompt_tokens).e2e_s, claimed.e2e_s)
 
 
 def _key(c: Candidate) -> str:

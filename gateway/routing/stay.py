@@ -41,6 +41,22 @@ def likely_hit(endpoint: Endpoint, stats: EndpointStats) -> float:
     return 1.0 if price is not None and price.cached_input is not None and price.cached_input < price.input else 0.0
 
 
+def richest_holder(ranked: _Ranked, holders: tuple[Holder, ...]) -> Holder | None:
+    """Of the endpoints that served a session (its last turn's first), the one likely to hold most of this
+    prompt in its cache, among those in the plan's lead: usually the last turn's, but one the session
+    left for a turn -- its holder full or slower for a moment, the detour on a host that caches nothing --
+    still holds what it was sent then, and going back costs only the turns added since."""
+    best, most = None, -1.0
+    for h in holders:
+        c = ranked.by_key.get(h.endpoint_key)
+        if c is None or c.notes:  # gone from the plan, spilled or below a threshold
+            continue
+        held = min(h.input_tokens, ranked.prompt_tokens) * likely_hit(c.endpoint, ranked.stats[h.endpoint_key])
+        if held > most:
+            best, most = h, held
+    return best
+
+
 def cache_credit(endpoint: Endpoint, stats: EndpointStats, curve: Curve, prompt_tokens: int) -> float:
     """Seconds the cache this prompt builds here will save the session's next turn, if it stays: the
     live choice of an agent-sized prompt subtracts it from each candidate's time, as an oracle that

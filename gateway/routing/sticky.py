@@ -5,8 +5,11 @@ faster to first token -- but only on the endpoint that holds the cache. A conver
 `session_id` (body), `x-session-id` (header), `prompt_cache_key` or `metadata.user_id` (parse.py);
 without one, by a hash of the start of its first system and first user message (`derived_session_key`).
 The table remembers, per conversation, the endpoint that served its last turn and that turn's input
-tokens (what that endpoint now likely holds). Entries expire after an idle time (10 minutes by
-default) and the table is bounded. Local to this replica.
+tokens (what that endpoint now likely holds), and the last `KEPT_HOLDERS` endpoints that served it
+before: a turn that had to leave its cache holder (full, failed, slower for a moment) left that cache
+behind, and the next turn can go back to it (stay.py `richest_holder`) instead of judging its
+detour's host, which may cache nothing, as where its prompt is. Entries expire after an idle time (10
+minutes by default) and the table is bounded. Local to this replica.
 
 Staying is a trade-off, not a rule (`stay_or_move`): the turn stays on the holder while what its cache
 saves -- the prefill of the cached part at the holder's prefill rate, and the cached-price discount --
@@ -33,6 +36,7 @@ KEY_CHARS = 2048
 # Seconds per uncached prompt token assumed where an endpoint's prefill rate is neither measured nor
 # advertised: a GPU host's few thousand tokens per second.
 DEFAULT_S_PER_PROMPT_TOKEN = 1.0 / 4000.0
+KEPT_HOLDERS = 3  # endpoints remembered per conversation, the last turn's first (module doc)
 
 
 def derived_session_key(request: ChatRequest) -> str | None:
@@ -73,24 +77,32 @@ class SessionAffinity:
     def __init__(self, idle_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.idle_s = idle_s
         self._clock = clock
-        self._table: OrderedDict[str, tuple[Holder, float]] = OrderedDict()
+        self._table: OrderedDict[str, tuple[tuple[Holder, ...], float]] = OrderedDict()
 
-    def holder(self, session: str) -> Holder | None:
+    def holders(self, session: str) -> tuple[Holder, ...]:
+        """The endpoints that served the conversation, its last turn's first, each with the input of
+        the last turn it served (empty: unknown, or idle too long)."""
         hit = self._table.get(session)
         if hit is None:
-            return None
-        holder, last = hit
+            return ()
+        holders, last = hit
         if self._clock() - last > self.idle_s:
             del self._table[session]
-            return None
-        return holder
+            return ()
+        return holders
+
+    def holder(self, session: str) -> Holder | None:
+        holders = self.holders(session)
+        return holders[0] if holders else None
 
     def get(self, session: str) -> str | None:
         holder = self.holder(session)
         return None if holder is None else holder.endpoint_key
 
     def remember(self, session: str, endpoint_key: str, input_tokens: int = 0) -> None:
-        self._table[session] = (Holder(endpoint_key, input_tokens), self._clock())
+        before = self._table.get(session)
+        earlier = () if before is None else tuple(h for h in before[0] if h.endpoint_key != endpoint_key)
+        self._table[session] = ((Holder(endpoint_key, input_tokens), *earlier[:KEPT_HOLDERS - 1]), self._clock())
         self._table.move_to_end(session)
         while len(self._table) > MAX_SESSIONS:
             self._table.popitem(last=False)

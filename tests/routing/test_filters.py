@@ -56,6 +56,24 @@ def test_a_cold_prompt_above_max_uncached_input_tokens_excludes_the_endpoint(tmp
     assert exclusion_reason(std, large, Preferences()) is None
 
 
+def test_a_warm_turn_on_an_endpoint_with_max_uncached_input_tokens_is_judged_by_what_its_cache_leaves(
+        tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tests.routing.helpers import router
+    cat = catalogue(tmp_path, [endpoint("fast", max_uncached_input_tokens=8192), endpoint("std")])
+    r, _ = router(cat)
+    turn = replace(chat(session_id="agent"), prompt_chars=4 * 12_000)  # ~12k tokens: too large cold
+    plan = r.plan(turn, Preferences())
+    assert [c.endpoint.id for c in plan.candidates] == ["std/standard"]
+    r.sessions.remember("agent", "m/fast/standard", 11_000)  # fast holds 11k of it: ~1k uncached
+    plan = r.plan(turn, Preferences())
+    assert plan.candidates[0].endpoint.id == "fast/standard" and plan.candidates[0].notes[0] == "sticky"
+    assert not plan.excluded
+    r.sessions.remember("agent", "m/fast/standard", 2_000)  # holds too little: still a cold prompt there
+    assert [c.endpoint.id for c in r.plan(turn, Preferences()).candidates] == ["std/standard"]
+
+
 def test_context_length_filters_on_the_estimated_prompt_before_the_provider_refuses(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("short", context_length=32_768), endpoint("long", context_length=200_000)])
     short, long = cat.models["m"]

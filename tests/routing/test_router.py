@@ -244,6 +244,28 @@ def test_a_stale_endpoint_being_explored_is_not_explored_again_meanwhile(tmp_pat
     assert Counter(first(r, prefs) for _ in range(20)) == {"a/standard": 20}
 
 
+@pytest.mark.parametrize(("claim", "explored"), [(None, False), (2000, True)])
+def test_e2e_explores_a_stale_endpoint_only_if_it_could_beat_the_best_now(tmp_path: Path, claim: int | None,
+                                                                          explored: bool) -> None:
+    # b: not seen for a minute, measured at a fifth of a's speed; it is worth a user's request only if
+    # its best case (as measured, or as it claims) would beat a.
+    advertised = {} if claim is None else {"advertised": {"tokens_per_second": claim, "ttft_ms": 100}}
+    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b", **advertised)])
+    store = MemoryStore()  # stale endpoints explored once per stale_after_s, none by chance
+    r = Router(cat, store, RouterSettings(explore_rate=1e-9, cold_explore_rate=0.0, ranking_ttl_s=0.0))
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    long_ago = time.time() - 60
+    for _ in range(5):
+        sample = AttemptSample(endpoint_key="m/b", started_at=long_ago, outcome=Outcome.OK, status=200,
+                               ttft_s=0.5, ttfat_s=0.5, decode_tps=60.0, e2e_s=3.0, output_tokens=100)
+        store.record(sample)
+        r.observe(sample)
+    picks = Counter(first(r, Preferences(sort=Sort.E2E)) for _ in range(20))
+    assert picks == ({"a/standard": 19, "b": 1} if explored else {"a/standard": 20})
+    if not explored:  # throughput explores it all the same (the prompt is not part of its cost there)
+        assert first(r, Preferences(sort=Sort.THROUGHPUT)) == "b"
+
+
 def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_for_a_while(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
     store, now = MemoryStore(), [0.0]

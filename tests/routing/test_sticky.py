@@ -123,3 +123,21 @@ def test_an_agent_prompt_goes_where_its_cache_will_serve_the_next_turn(tmp_path:
     for sort in (None, Sort.E2E):
         assert {r.plan(request, Preferences(sort=sort)).candidates[0].endpoint.id for _ in range(30)} == \
             {"caches/standard"}
+
+
+def test_a_turn_detoured_off_its_cache_holder_goes_back_to_that_cache(tmp_path: Path) -> None:
+    """A session held on `a` (40k tokens cached) had one turn served by `b`, a host that caches nothing
+    (its holder was full for a moment): the next turn goes back to `a`'s cache, busy as `a` is (a cold
+    prompt there would be slower than on `b`), rather than judging `b` as where its prompt is."""
+    cat = catalogue(tmp_path, [endpoint("a", price=PRICE), endpoint("b", price={"input": 1.0, "output": 2.0})])
+    r, store = router(cat)
+    for key in ("m/a/standard", "m/b/standard"):
+        measured(r, store, key)
+    for _ in range(16):  # a is busy: each of its users decodes at a ninth of the speed, ~19 s for this one
+        store.begin("m/a/standard")
+    r.sessions.remember("s", "m/a/standard", 40_000)
+    r.sessions.remember("s", "m/b/standard", 41_000)
+    assert [h.endpoint_key for h in r.sessions.holders("s")] == ["m/b/standard", "m/a/standard"]
+    request = replace(chat(session_id="s", max_tokens=200), prompt_chars=4 * 42_000)
+    c = r.plan(request, Preferences(sort=Sort.E2E)).candidates[0]
+    assert c.endpoint.id == "a/standard" and c.notes[0] == "sticky" and c.notes[1].startswith("stays: cache saves ~10.")
