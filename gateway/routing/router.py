@@ -30,13 +30,15 @@ from dataclasses import dataclass, replace
 from math import inf
 
 from gateway.config import Catalogue, Endpoint
-from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences, Spill
+from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import Sort
+from gateway.routing.explore import Explorer, best_case_s
 from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
+from gateway.routing.ranked import Ranked, Scored, Static
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
-from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy, Rechecks
+from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
 from gateway.routing.speed import (
     ERROR_PENALTY,
     TRIAL_CONCURRENCY,
@@ -80,43 +82,6 @@ def split_suffix(model: str) -> tuple[str, str | None]:
     return (name, suffix) if sep and name else (model, None)
 
 
-@dataclass(frozen=True, slots=True)
-class _Static:
-    eligible: tuple[tuple[Endpoint, int], ...]  # endpoint, tier rank
-    excluded: tuple[Exclusion, ...]
-
-
-# A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
-_Scored = tuple[float, int, int, Prediction, Candidate]
-
-
-@dataclass(frozen=True, slots=True)
-class _Ranked:
-    """One model's ranking, and what the per-request choice needs from it, precomputed."""
-
-    expires: float
-    candidates: tuple[Candidate, ...]
-    spills: tuple[Spill, ...]
-    lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
-    live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
-    not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
-    curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
-    n_tokens: int  # output tokens expected of the request
-    live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
-    cold: tuple[Candidate, ...]  # first-group endpoints never measured
-    stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
-    by_key: dict[str, Candidate]
-    index: dict[str, int]  # endpoint key -> position in `candidates`
-    cache_pays: bool  # some endpoint's cached input is cheaper: stickiness pays without a session id
-    prompt_tokens: int  # the request's estimated prompt (its shape's)
-    stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
-    sort: Sort | None
-    credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
-    # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
-    # request alone (`_best_case_s`): exploring one that could not beat the best now only costs its user.
-    best_case: dict[str, float]
-
-
 class Router:
     def __init__(self, catalogue: Catalogue, telemetry: TelemetryStore,
                  settings: RouterSettings | None = None, rng: random.Random | None = None,
@@ -133,19 +98,17 @@ class Router:
         self._rng = rng or random.Random()
         self._clock = clock
         self._speed: dict[str, SpeedModel] = {}
-        self._explored: dict[str, float] = {}  # endpoint key -> when a stale endpoint was last explored
-        self._rechecks = Rechecks(self.settings.recheck)
+        self._explorer = Explorer(self.settings, telemetry.in_flight, self._rng, clock)
         # Keyed by (model, preferences, request shape, the session's holder judged warm: `_warm_holder`).
-        self._static: dict[tuple[str, Preferences, RequestShape, str | None], _Static] = {}
-        self._ranked: dict[tuple[str, Preferences, RequestShape, str | None], _Ranked] = {}
+        self._static: dict[tuple[str, Preferences, RequestShape, str | None], Static] = {}
+        self._ranked: dict[tuple[str, Preferences, RequestShape, str | None], Ranked] = {}
 
     def carry_over(self, old: Router) -> None:
         """After a reload: keep what `old` learnt (speed-vs-load models and capacities learned from
         429s, when stale endpoints were explored, conversations' endpoints), by endpoint key."""
         self.sessions = old.sessions
         self._speed = old._speed
-        self._explored = old._explored
-        self._rechecks = old._rechecks
+        self._explorer.carry_over(old._explorer)
 
     # -- learning from what happened -----------------------------------------------------------
     def observe(self, sample: AttemptSample, session_key: str | None = None) -> None:
@@ -165,7 +128,7 @@ class Router:
                 if first or restarted:
                     self._ranked.clear()
                 if model.slowed_at != slowed_at:
-                    self._rechecks.slowed(sample.endpoint_key, self._clock())
+                    self._explorer.slowed(sample.endpoint_key)
         if session_key is not None and sample.outcome == "ok":
             self.sessions.remember(session_key, sample.endpoint_key, sample.input_tokens)
 
@@ -175,7 +138,7 @@ class Router:
         model = self._speed.get(endpoint_key)
         if model is not None and model.progress(load, decode_tps, self._clock(), sent_at):
             self._ranked.clear()
-            self._rechecks.slowed(endpoint_key, self._clock())
+            self._explorer.slowed(endpoint_key)
 
     # -- the plan ------------------------------------------------------------------------------
     def resolve_model(self, name: str, param: str) -> str:
@@ -196,7 +159,7 @@ class Router:
         if session is None and prefs.sticky is not False and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
             session = derived_session_key(request)
         warm = self._warm_holder(session, shape, prefs)
-        parts: list[_Ranked] = []
+        parts: list[Ranked] = []
         excluded: list[Exclusion] = []
         for model in dict.fromkeys(models):
             static = self._static_part(model, prefs, shape, warm)
@@ -237,7 +200,7 @@ class Router:
             return None
         return holder.endpoint_key if shape.prompt_tokens - holder.input_tokens <= limit else None
 
-    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape, warm: str | None = None) -> _Static:
+    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape, warm: str | None = None) -> Static:
         key = (model, prefs, shape, warm)
         hit = self._static.get(key)
         if hit is not None:
@@ -259,7 +222,7 @@ class Router:
                 excluded.append(Exclusion(e.key, reason))
         if len(self._static) > _MAX_CACHE:
             self._static.clear()
-        static = self._static[key] = _Static(tuple(eligible), tuple(excluded))
+        static = self._static[key] = Static(tuple(eligible), tuple(excluded))
         return static
 
     def speed_model(self, endpoint_key: str) -> SpeedModel | None:
@@ -277,7 +240,7 @@ class Router:
         return Candidate(endpoint, figures, tier_rank)
 
     def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
-                     static: _Static, warm: str | None = None) -> _Ranked:
+                     static: Static, warm: str | None = None) -> Ranked:
         key = (model, prefs, shape, warm)
         now = self._clock()
         hit = self._ranked.get(key)
@@ -315,7 +278,7 @@ class Router:
                       if (age := stats[c.endpoint.key].age_s) is None or age > stale_after)
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
-        ranked = self._ranked[key] = _Ranked(
+        ranked = self._ranked[key] = Ranked(
             expires=now + self.settings.ranking_ttl_s,
             candidates=tuple(ordered),
             spills=tuple(spills),
@@ -335,13 +298,13 @@ class Router:
             sort=sort,
             credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
                           for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
-            best_case={c.endpoint.key: _best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
+            best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
                        for c in stale} if sort is Sort.E2E else {},
         )
         return ranked
 
-    def _choose(self, ranked: _Ranked, prefs: Preferences, session: str | None, explicit: bool,
-                scored: list[_Scored] | None) -> Candidate:
+    def _choose(self, ranked: Ranked, prefs: Preferences, session: str | None, explicit: bool,
+                scored: list[Scored] | None) -> Candidate:
         """The first candidate, chosen now: sticky, explored, or the best with live load."""
         default = ranked.candidates[0]
         sticky, moved = self._sticky(ranked, session, explicit, prefs, scored)
@@ -353,7 +316,7 @@ class Router:
         if prefs.order:
             return default
         if ranked.sort is not None:
-            explored = self._explore(ranked, default, scored)
+            explored = self._explorer.pick(ranked, default, scored)
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
@@ -364,7 +327,7 @@ class Router:
             return self._cheap_weighted(ranked.lead)
         return self._best_of_head(ranked.lead[: self.settings.head_size], ranked.sort)
 
-    def _score_live(self, ranked: _Ranked) -> list[_Scored]:
+    def _score_live(self, ranked: Ranked) -> list[Scored]:
         """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
         in_flight_of = self.telemetry.in_flight
         loads = [in_flight_of(c.endpoint.key) for c in ranked.live]
@@ -391,7 +354,7 @@ class Router:
             scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
         return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
 
-    def _fallback_order(self, ranked: _Ranked, scored: list[_Scored], chosen: Candidate) -> tuple[Candidate, ...]:
+    def _fallback_order(self, ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:
         """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
         candidates by their score now, as the choice itself was made (the tier breaking ties), those
         at their limit or kept out by health last; then the rest in the cached order. Not the cached
@@ -407,7 +370,7 @@ class Router:
                 tuple(c for c in rest if c.endpoint.key != key)
         return (*(s[4] for s in live), *rest)
 
-    def _fastest_now(self, ranked: _Ranked, scored: list[_Scored]) -> Candidate:
+    def _fastest_now(self, ranked: Ranked, scored: list[Scored]) -> Candidate:
         """Throughput: the least predicted time plus marginal cost among the live candidates
         (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
         while it is not slower), then the less loaded of two. If every one is at its limit, the
@@ -456,8 +419,8 @@ class Router:
         return curve(endpoint, self._speed.get(k), stats.fit_tps, stats.fit_ttft, failure_rate(stats),
                      self._capacity(k), stats.timeout_rate, stats.fit_prefill)
 
-    def _sticky(self, ranked: _Ranked, session: str | None, explicit: bool, prefs: Preferences,
-                scored: list[_Scored] | None) -> tuple[Candidate | None, str | None]:
+    def _sticky(self, ranked: Ranked, session: str | None, explicit: bool, prefs: Preferences,
+                scored: list[Scored] | None) -> tuple[Candidate | None, str | None]:
         """(the holder of the session's cache, if the turn stays there; else why it moves, if it had one)."""
         if session is None or prefs.sticky is False:
             return None, None
@@ -480,54 +443,6 @@ class Router:
             return None, verdict.why
         return Candidate(c.endpoint, figures or c.figures, c.tier_rank, ("sticky", verdict.why)), None
 
-    def _explore(self, ranked: _Ranked, default: Candidate, scored: list[_Scored] | None) -> Candidate | None:
-        """A never-measured endpoint now and then; with `sort: throughput` a stale one (no sample for
-        `stale_after_s`) once per `stale_after_s` for sure -- so a recovery is seen within about twice
-        that, whatever the traffic -- and a stale one by chance (`explore_rate`). With `sort: e2e`
-        (and agent-sized prompts without a sort) only a stale one that could win: its best case for
-        this request -- as fast as it was ever measured or claims to be, alone -- beats the best now.
-        The prompt's prefill is part of what an exploration costs its user: a 10k-token prompt sent
-        to a GPU host at 4k tokens/s to learn whether it recovered cost ~3 s, 5x the turn elsewhere."""
-        # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
-        cold = [c for c in ranked.cold if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
-        if cold and self._rng.random() < self.settings.cold_explore_rate:
-            return self._rng.choice(cold)
-        if self.settings.explore_rate <= 0:
-            return None
-        now = self._clock()
-        if ranked.live_choice:  # one that slowed all at once, re-checked for a while (recheck.py)
-            recheck = self._rechecks.due(ranked.live, _key, self.telemetry.in_flight, now)
-            if recheck is not None:
-                return recheck
-        stale = ranked.stale
-        if ranked.best_case and scored:
-            best_now = min((s[3].e2e_s for s in scored if s[0] < inf), default=inf)  # not a full one's
-            stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
-        # The cached order's first too: the live choice may be another.
-        for c in stale if ranked.live_choice else ():
-            key = c.endpoint.key
-            due = now - self._explored.get(key, -1e18) >= self.settings.stale_after_s
-            if due and not self.telemetry.in_flight(key):
-                self._explored[key] = now
-                return c
-        if self._rng.random() < self.settings.explore_rate:
-            # Not one already being explored: its answer is the news; more requests meanwhile learn
-            # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
-            chances = [c for c in stale if c is not default and not self.telemetry.in_flight(c.endpoint.key)]
-            if chances:
-                return self._rng.choice(chances)
-        return None
-
-
-def _best_case_s(endpoint: Endpoint, measured: Curve, n_tokens: int, prompt_tokens: int) -> float:
-    """The least end-to-end time an endpoint would take for this request alone, by its measured curve or
-    by its catalogue claims, whichever promises more (inf: neither gives a decode rate, nothing known)."""
-    claimed = curve(endpoint, None, None, None).predict(0, n_tokens, None, prompt_tokens)
-    return min(measured.predict(0, n_tokens, None, prompt_tokens).e2e_s, claimed.e2e_s)
-
-
-def _key(c: Candidate) -> str:
-    return c.endpoint.key
 
 
 def _cache_pays(endpoint: Endpoint) -> bool:

@@ -28,7 +28,8 @@ from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, 
 from gateway.telemetry.stats import EndpointStats
 
 if TYPE_CHECKING:
-    from gateway.routing.router import Router, _Ranked, _Scored
+    from gateway.routing.ranked import Ranked, Scored
+    from gateway.routing.router import Router
 
 
 def likely_hit(endpoint: Endpoint, stats: EndpointStats) -> float:
@@ -41,7 +42,7 @@ def likely_hit(endpoint: Endpoint, stats: EndpointStats) -> float:
     return 1.0 if price is not None and price.cached_input is not None and price.cached_input < price.input else 0.0
 
 
-def richest_holder(ranked: _Ranked, holders: tuple[Holder, ...]) -> Holder | None:
+def richest_holder(ranked: Ranked, holders: tuple[Holder, ...]) -> Holder | None:
     """Of the endpoints that served a session (its last turn's first), the one likely to hold most of this
     prompt in its cache, among those in the plan's lead: usually the last turn's, but one the session
     left for a turn -- its holder full or slower for a moment, the detour on a host that caches nothing --
@@ -64,8 +65,8 @@ def cache_credit(endpoint: Endpoint, stats: EndpointStats, curve: Curve, prompt_
     return prompt_tokens * likely_hit(endpoint, stats) * (curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN)
 
 
-def judge_stay(router: Router, ranked: _Ranked, c: Candidate, holder: Holder,
-               scored: list[_Scored] | None) -> tuple[Verdict, Figures | None]:
+def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
+               scored: list[Scored] | None) -> tuple[Verdict, Figures | None]:
     """The verdict, and the holder's figures predicted with its cache (None where not re-predicted)."""
     key = c.endpoint.key
     stats = ranked.stats[key]

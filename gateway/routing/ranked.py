@@ -1,0 +1,52 @@
+"""What the router caches per (model, preferences, request shape): the filters' verdict (`Static`,
+kept until the catalogue changes) and the ranking with what the per-request choice needs from it
+(`Ranked`, kept `ranking_ttl_s`). Plain data, built in router.py, read by the choice's helpers
+(stay.py, explore.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config import Endpoint
+from gateway.context import Candidate, Exclusion, Spill
+from gateway.policy import Sort
+from gateway.routing.speed import Curve, Prediction
+from gateway.telemetry.stats import EndpointStats
+
+
+@dataclass(frozen=True, slots=True)
+class Static:
+    eligible: tuple[tuple[Endpoint, int], ...]  # endpoint, tier rank
+    excluded: tuple[Exclusion, ...]
+
+
+# A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
+Scored = tuple[float, int, int, Prediction, Candidate]
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One model's ranking, and what the per-request choice needs from it, precomputed."""
+
+    expires: float
+    candidates: tuple[Candidate, ...]
+    spills: tuple[Spill, ...]
+    lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
+    live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
+    not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
+    curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
+    n_tokens: int  # output tokens expected of the request
+    live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
+    cold: tuple[Candidate, ...]  # first-group endpoints never measured
+    stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
+    by_key: dict[str, Candidate]
+    index: dict[str, int]  # endpoint key -> position in `candidates`
+    cache_pays: bool  # some endpoint's cached input is cheaper: stickiness pays without a session id
+    prompt_tokens: int  # the request's estimated prompt (its shape's)
+    stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
+    sort: Sort | None
+    credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
+    # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
+    # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
+    best_case: dict[str, float]
+
