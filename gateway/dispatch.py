@@ -37,7 +37,6 @@ from gateway.errors import (
     UpstreamMisconfigured,
 )
 from gateway.health.board import HealthBoard
-from gateway.limit_headers import Reported
 from gateway.record import Recorder, make_sample
 from gateway.retry import (
     RetryBudget,
@@ -56,6 +55,7 @@ from gateway.telemetry.store import TelemetryStore
 from gateway.upstreams import passes_through
 from gateway.upstreams.attempt import open_attempt, outcome_of, outgoing, prompt_estimate
 from gateway.upstreams.client import Upstreams
+from gateway.upstreams.limit_headers import Reported
 from gateway.upstreams.stream import Meter, UpstreamStream
 
 PROBE_BODY = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}

@@ -40,7 +40,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.limit_headers import Reported
+    from gateway.upstreams.limit_headers import Reported
 
 import orjson
 

@@ -53,9 +53,9 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from gateway.limit_headers import Reported
 from gateway.routing.figures import failure_rate
 from gateway.telemetry.stats import EndpointStats
+from gateway.upstreams.limit_headers import Reported
 
 MAX_ATTEMPTS_PER_ENDPOINT = 2
 WINDOW_S = 1.5  # no more than two attempts at one endpoint within this

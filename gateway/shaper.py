@@ -49,8 +49,8 @@ from typing import Any
 from gateway.background import Outage, cancel_and_wait
 from gateway.capacity import PRIORITIES
 from gateway.config import Endpoint, Provider
-from gateway.limit_headers import Quota, Reported
 from gateway.redisconn import REDIS_FAILURES, connect
+from gateway.upstreams.limit_headers import Quota, Reported
 
 log = logging.getLogger("ultraroute.shaper")
 

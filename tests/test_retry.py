@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.limit_headers import duration_s, read
 from gateway.retry import (
     RetryBudget,
     attempts,
@@ -23,6 +22,7 @@ from gateway.retry import (
     worth_retrying_same,
 )
 from gateway.telemetry.stats import EndpointStats
+from gateway.upstreams.limit_headers import duration_s, read
 
 
 @pytest.mark.parametrize(("err", "expected"), [

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from gateway.limit_headers import Quota, Reported, read
 from gateway.shaper import Shaper
 from gateway.simulator.rate_card import RateCard
+from gateway.upstreams.limit_headers import Quota, Reported, read
 from tests.routing.helpers import catalogue, endpoint
 
 

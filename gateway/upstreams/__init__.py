@@ -12,6 +12,7 @@ and the plumbing every API shares:
     client             the only HTTP client of providers: one pooled aiohttp session per provider
                        (httpx only as the tests' `MockTransport` seam)
     aiohttp_tuned      aiohttp's connection tuned for streams: less Python per HTTP chunk
+    limit_headers      providers' rate-limit headers (Anthropic's and OpenAI's), read in one place
     attempt            one attempt at one endpoint up to its first token: the request, a non-200
                        turned into its error, the first-chunk gate
     stream             reading one upstream stream: the first-token gate, the batches after it, timings

@@ -18,13 +18,13 @@ import orjson
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
 from gateway.errors import GatewayError, UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnreachable
-from gateway.limit_headers import read as read_limits
 from gateway.retry import rate_limit_reset, retry_after
 from gateway.routing.filters import CHARS_PER_TOKEN
 from gateway.serve.lag import Budget, LoopLag
 from gateway.telemetry.sample import Outcome
 from gateway.upstreams import Outgoing, dropped_for, outgoing
 from gateway.upstreams.client import CONNECT_ERRORS, TRANSPORT_ERRORS, UpstreamResponse, Upstreams, redact
+from gateway.upstreams.limit_headers import read as read_limits
 from gateway.upstreams.openai_chat import UPSTREAM_PATHS
 from gateway.upstreams.openai_chat import chat_body as upstream_body
 from gateway.upstreams.stream import Meter, StreamBroken, TranslatedStream, UpstreamStream

@@ -27,9 +27,9 @@ import orjson
 
 from gateway.config import Endpoint
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
-from gateway.limit_headers import Reported
 from gateway.serve.lag import Budget, LoopLag
 from gateway.upstreams.client import TRANSPORT_ERRORS, UpstreamResponse, redact
+from gateway.upstreams.limit_headers import Reported
 from gateway.upstreams.sse import DONE, SSEDecoder
 from gateway.upstreams.wire import END, Translator
 
