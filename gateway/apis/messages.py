@@ -217,7 +217,7 @@ class MessagesApi(ClientApi):
         request = chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
                                     dropped=translation.names(), capability_fields=kept, client_body=body,
                                     client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
-        if any(len(f) > 1 for f in fallbacks):  # an entry with fields of its own: its model's own request
+        if fallbacks and any(len(f) > 1 for f in fallbacks):  # an entry with fields of its own: its model's request
             own = tuple(self._fallback(request, body, f, headers, limits) for f in fallbacks)
             request = replace(request, fallbacks=own)
         return request
