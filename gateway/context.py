@@ -12,6 +12,7 @@ Nothing here does work; it is the vocabulary of the pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,19 @@ class ChatRequest:
     # What the translation cannot honour (an errors.Untranslatable), kept instead of raised: only an
     # endpoint passed the client body as sent can serve it (dispatch.py).
     untranslatable: InvalidRequest | None = None
+    # Anthropic's `fallbacks` entries, when one has fields of its own (`fallback_models` names them
+    # all, in order): each model's speed and request (apis/messages_fallbacks.py); else ().
+    fallbacks: tuple[Fallback, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """One entry of Anthropic's `fallbacks`: the model as named, the speed its endpoints are ranked
+    for (None: the request's own) and the request they are sent (None: the request's own)."""
+
+    model: str
+    speed: Speed | None = None
+    request: ChatRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +136,18 @@ class Plan:
     strategy: str = "default"
     spills: tuple[Spill, ...] = ()
     session_key: str | None = None  # the conversation this request belongs to, for stickiness
+    # A fallback model's own request (a `fallbacks` entry's max_tokens, thinking, ...), by the model's
+    # public name; every other endpoint is sent the request itself. None: no model has its own.
+    model_requests: Mapping[str, ChatRequest] | None = None
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
         return tuple(c.endpoint for c in self.candidates)
+
+    def request_for(self, request: ChatRequest, endpoint: Endpoint) -> ChatRequest:
+        """What `endpoint` is sent of `request`: its model's own request, if the plan has one."""
+        own = self.model_requests
+        return request if own is None else own.get(endpoint.model, request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +169,7 @@ class RequestContext:
     preferences: Preferences = field(default_factory=Preferences)
     plan: Plan | None = None
     transport: str = "http"  # or "websocket": a response on a Responses WebSocket (apis/responses_ws.py)
+
+    def request_for(self, endpoint: Endpoint) -> ChatRequest:
+        """What `endpoint` is sent: its model's own request (a `fallbacks` entry's), else the request."""
+        return self.request if self.plan is None else self.plan.request_for(self.request, endpoint)

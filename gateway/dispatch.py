@@ -149,7 +149,9 @@ class Dispatcher:
         at the next candidate; the first to produce a token serves and the other is cancelled.
         Before leaving a model for the next one in `models`, an endpoint of it that answered 429
         "come back in a moment" is waited for and tried once more (see retry.py)."""
-        if request.untranslatable is not None and not any(passes_through(request, e) for e in plan.endpoints):
+        if request.untranslatable is not None and not any(
+                (sent := plan.request_for(request, e)).untranslatable is None or passes_through(sent, e)
+                for e in plan.endpoints):
             raise request.untranslatable  # only an endpoint passed the body as sent could serve it
         attempts: list[Attempt] = []
         failures: list[tuple[str, GatewayError]] = []
@@ -159,6 +161,7 @@ class Dispatcher:
         too_long: Endpoint | None = None  # after a context-length error: only larger windows
         hedged: set[str] = set()  # candidates already raced as a hedge
         queue = deque(plan.endpoints)
+        own = plan.model_requests  # a fallback model's own request (Anthropic's `fallbacks` entries)
         back_soon: tuple[Endpoint, float, float] | None = None  # 429 said: wait this long (since when)
         came_back: set[str] = set()  # each endpoint comes back once per request
         while queue or back_soon:
@@ -171,7 +174,8 @@ class Dispatcher:
             endpoint = queue.popleft()
             if endpoint.key in hedged or _too_small(endpoint, too_long):
                 continue
-            if request.untranslatable is not None and not passes_through(request, endpoint):
+            sent = request if own is None else own.get(endpoint.model, request)
+            if sent.untranslatable is not None and not passes_through(sent, endpoint):
                 skips.append(Skip(endpoint.id, endpoint.tier.value, "untranslatable"))
                 continue
             blocked = self.health.blocked(endpoint)
@@ -184,17 +188,18 @@ class Dispatcher:
             if remaining <= 0:
                 break
             hedge = queue[0] if hedge_after_ms is not None and not attempts and queue else None
-            if hedge is not None and request.untranslatable is not None and not passes_through(request, hedge):
+            hedge_sent = request if hedge is None or own is None else own.get(hedge.model, request)
+            if hedge is not None and hedge_sent.untranslatable is not None and not passes_through(hedge_sent, hedge):
                 hedge = None  # it would be sent the translation the request cannot have
             try:
                 if hedge is None:
                     stream, started_at, in_flight = await self._attempt_endpoint(
-                        request, endpoint, attempts=attempts,
+                        sent, endpoint, attempts=attempts,
                         budget_s=min(self.first_token_budget(endpoint), remaining), has_alternatives=bool(queue))
                 else:
                     stream, started_at, in_flight = await self._hedge(
-                        request, endpoint, hedge, hedge_after_ms / 1000, attempts, remaining,  # type: ignore[operator]
-                        hedged)
+                        (sent, endpoint), (hedge_sent, hedge), hedge_after_ms / 1000,  # type: ignore[operator]
+                        attempts, remaining, hedged)
             except CapacityFull as full:
                 skips.append(Skip(endpoint.id, endpoint.tier.value, full.reason))
                 continue
@@ -231,21 +236,22 @@ class Dispatcher:
         await asyncio.sleep(max(0.0, since + wait_s - time.perf_counter()) + 0.005)
         return True
 
-    async def _hedge(self, request: ChatRequest, first: Endpoint, second: Endpoint, after_s: float,
+    async def _hedge(self, first: tuple[ChatRequest, Endpoint], second: tuple[ChatRequest, Endpoint], after_s: float,
                      attempts: list[Attempt], remaining: float, hedged: set[str]) -> tuple[UpstreamStream, float, int]:
-        """Race `first` against `second`, started `after_s` later if `first` has no token by then
-        (and then added to `hedged`, so the plan does not try it again)."""
+        """Race `first` against `second` (each the request an endpoint is sent, and the endpoint),
+        started `after_s` later if `first` has no token by then (and then added to `hedged`, so the
+        plan does not try it again)."""
 
-        def start(endpoint: Endpoint) -> asyncio.Task[tuple[UpstreamStream, float, int]]:
+        def start(request: ChatRequest, endpoint: Endpoint) -> asyncio.Task[tuple[UpstreamStream, float, int]]:
             budget = min(self.first_token_budget(endpoint), remaining)
             return asyncio.ensure_future(self._attempt_endpoint(  # the other racer is the alternative
                 request, endpoint, attempts=attempts, budget_s=budget, has_alternatives=True))
 
-        racing = [start(first)]
+        racing = [start(*first)]
         done, _ = await asyncio.wait(racing, timeout=after_s)
-        if not done and self.health.blocked(second) is None:
-            racing.append(start(second))
-            hedged.add(second.key)
+        if not done and self.health.blocked(second[1]) is None:
+            racing.append(start(*second))
+            hedged.add(second[1].key)
         try:
             while racing:
                 done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
@@ -274,6 +280,7 @@ class Dispatcher:
                            and "assistant_prefix" in c.endpoint.capabilities)
         if not candidates:
             raise UpstreamError("the stream broke and no endpoint can continue it", status=502)
+        request = plan.request_for(request, broken)  # what the broken stream was asked (its model's own)
         messages = [*request.body["messages"], {"role": "assistant", "content": text, "prefix": True}]
         body = {**request.body, "messages": messages}
         if max_tokens is not None:
@@ -281,7 +288,8 @@ class Dispatcher:
                 if body.get(name) is not None:
                     body[name] = max_tokens
         continued = replace(request, body=body)
-        return await self.dispatch(continued, replace(plan, candidates=candidates))
+        # Every candidate continues that answer: not a fallback model's own request, without the prefix.
+        return await self.dispatch(continued, replace(plan, candidates=candidates, model_requests=None))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
                                 attempts: list[Attempt], budget_s: float,

@@ -87,7 +87,7 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
     if hops:
         path = "->".join([*(h[0] for h in hops), endpoint.id])
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
-    dropped = dropped_for(ctx.request, endpoint)
+    dropped = dropped_for(ctx.request_for(endpoint), endpoint)
     if dropped:
         headers["x-ultraroute-dropped"] = dropped_header(dropped)
     return headers
@@ -144,7 +144,8 @@ def finish(services: Services, ctx: RequestContext, served: Served, failure: Gat
     if final:  # one access-log line per request, for the attempt that ended it
         services.access_log.served(ctx.request.request_id, served, sample, status, failure,
                                    ctx.client.id if ctx.client is not None else None, stream.meter.usage_estimated,
-                                   ctx.request.api, earlier, dropped_for(ctx.request, stream.endpoint),
+                                   ctx.request.api, earlier, dropped_for(ctx.request_for(stream.endpoint),
+                                                                         stream.endpoint),
                                    ctx.transport)
         services.metrics.client_request(ctx.request.api, status)
     return sample
@@ -180,7 +181,7 @@ class Serving:
                 or broken.native is not None):
             return None
         await broken.aclose()
-        limit = completion_limit(self.ctx.request.body)
+        limit = completion_limit(self.ctx.request_for(broken.endpoint).body)
         left = None if limit is None else limit - delivered
         if left is not None and left <= 0:
             # The client has every token it asked for: no continuation could add one.

@@ -70,7 +70,8 @@ def request() -> ChatRequest:
 
 
 async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: float = 2.0,
-              health: HealthBoard | None = None, router: Callable[[MemoryStore], Router] | None = None):
+              health: HealthBoard | None = None, router: Callable[[MemoryStore], Router] | None = None,
+              plan: Plan | None = None, hedge_after_ms: float | None = None):
     seen: list[httpx.Request] = []
 
     def factory(provider):  # one MockTransport per provider, as Upstreams builds one client each
@@ -84,11 +85,11 @@ async def run(catalogue: Catalogue, handlers: dict[str, Handler], budget_s: floa
     health = health or HealthBoard()
     recorder = Recorder(store, router(store) if router else Router(catalogue, store), health)
     none = Figures(None, None, None, 0, 0, "none")
-    plan = Plan(model="m", candidates=tuple(Candidate(e, none, 0) for e in catalogue.models["m"]))
+    plan = plan or Plan(model="m", candidates=tuple(Candidate(e, none, 0) for e in catalogue.models["m"]))
     limits = DispatchLimits(stall_timeout_s=5.0, ttft_budget_min_s=budget_s, ttft_budget_max_s=budget_s)
     dispatcher = Dispatcher(upstreams, recorder, health, store, limits, RetryBudget())
     try:
-        served = await dispatcher.dispatch(request(), plan)
+        served = await dispatcher.dispatch(request(), plan, hedge_after_ms)
         completion = await collect(served.stream, "m")
         await served.stream.aclose()
         return served, completion, seen, store
@@ -329,3 +330,37 @@ async def test_a_stream_without_usage_is_estimated_at_the_endpoint_s_tokens_per_
     assert usages[0]["completion_tokens"] == 8 and "estimated" not in usages[0]
     assert usages[1] == {"prompt_tokens": 1, "completion_tokens": 12, "total_tokens": 13, "estimated": True}
     assert sample.output_tokens == 12 and sample.cost_usd == pytest.approx((1 * 1 + 12 * 2) / 1e6)
+
+
+FALLBACK_CATALOGUE = """
+providers:
+  a: {base_url: "http://a.test/v1"}
+  b: {base_url: "http://b.test/v1"}
+models:
+  m:
+    endpoints: [{provider: a, model: up-a, price: {input: 1, output: 2}}]
+  f:
+    endpoints: [{provider: b, model: up-b, price: {input: 1, output: 2}}]
+"""
+
+
+@pytest.mark.parametrize("hedged", [False, True])
+async def test_a_fallback_model_is_sent_its_own_request_hedged_or_not(tmp_path: Path, hedged: bool) -> None:
+    path = tmp_path / "providers.yaml"
+    path.write_text(FALLBACK_CATALOGUE)
+    cat = load_catalogue(path, env={})[0]
+    own = replace(request(), body={**request().body, "max_tokens": 7})  # a `fallbacks` entry's max_tokens
+    none = Figures(None, None, None, 0, 0, "none")
+    plan = Plan(model="m", candidates=(Candidate(cat.models["m"][0], none, 0), Candidate(cat.models["f"][0], none, 0)),
+                model_requests={"f": own})
+
+    async def slow(req: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(1.0)  # no token before the hedge starts the fallback model's endpoint
+        return respond(200, OK_STREAM, {"content-type": "text/event-stream"})
+
+    handlers = {"a": slow if hedged else error(503), "b": stream_response(OK_STREAM)}
+    served, _, seen, _ = await run(cat, handlers, plan=plan, hedge_after_ms=50 if hedged else None)
+    assert served.stream.endpoint.model == "f"
+    sent = {req.url.host: orjson.loads(req.content) for req in seen}
+    assert "max_tokens" not in sent["a.test"]  # the model asked for: the request as asked
+    assert sent["b.test"]["max_tokens"] == 7 and sent["b.test"]["model"] == "up-b"

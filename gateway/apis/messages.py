@@ -15,7 +15,9 @@
     max_tokens (required), stop_sequences -> stop, temperature, top_p, stream
     metadata.user_id    the session affinity key, unless `session_id` or `x-session-id` gives one
     provider, speed, models, session_id   the gateway's routing fields, as in chat
-    fallbacks           Anthropic's server-side fallbacks: their models become `models` (never forwarded)
+    fallbacks           Anthropic's server-side fallbacks: their models become `models` (never
+                        forwarded); an entry's own max_tokens, thinking, output_config and speed
+                        apply to its model only (messages_fallbacks.py)
 
 Any other field (context_management, container, mcp_servers, service_tier, top_k, cache_control,
 and next month's) is accepted, not forwarded, and named in `x-ultraroute-dropped` (README, "Client
@@ -30,15 +32,16 @@ by messages_render.py. `count_tokens()` is `POST /v1/messages/count_tokens`'s es
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from gateway.apis import messages_content
+from gateway.apis import messages_content, messages_fallbacks
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.messages_content import Translation, bad, field_name, system_text
 from gateway.apis.messages_render import MessagesStream, render_message
 from gateway.apis.schemas import MESSAGES_REQUEST
 from gateway.config import GatewayFile
-from gateway.context import ChatRequest
+from gateway.context import ChatRequest, Fallback
 from gateway.errors import InvalidRequest, Untranslatable
 from gateway.parse import chat_request_from, check_headers, parse_json_body
 from gateway.upstreams.attempt import prompt_estimate
@@ -206,13 +209,33 @@ class MessagesApi(ClientApi):
         check_headers(headers)
         body = parse_json_body(raw, limits)
         chat, translation, kept = translate(body, headers, max_messages=limits.max_messages)
-        fallbacks = body.get("fallbacks")  # Anthropic's server-side fallback: the gateway's own `models`
-        if isinstance(fallbacks, list) and "models" not in chat:
-            chat["models"] = [f["model"] for f in fallbacks if isinstance(f, dict) and isinstance(f.get("model"), str)]
+        # Anthropic's server-side fallback: the gateway's own `models` (unless the client names those).
+        fallbacks = messages_fallbacks.entries(body.get("fallbacks")) if "models" not in chat else []
+        if fallbacks:
+            chat["models"] = [f["model"] for f in fallbacks]
         # The body is kept for an anthropic endpoint, which is passed it as sent (gateway/upstreams/anthropic.py).
-        return chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
-                                 dropped=translation.names(), capability_fields=kept, client_body=body,
-                                 client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
+        request = chat_request_from(chat, headers, request_id, limits, api=self.name, prompt_chars=translation.chars,
+                                    dropped=translation.names(), capability_fields=kept, client_body=body,
+                                    client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
+        if fallbacks and any(len(f) > 1 for f in fallbacks):  # an entry with fields of its own: its model's request
+            own = tuple(self._fallback(request, body, f, headers, limits) for f in fallbacks)
+            request = replace(request, fallbacks=own)
+        return request
+
+    def _fallback(self, request: ChatRequest, body: dict[str, Any], entry: dict[str, Any],
+                  headers: Mapping[str, str], limits: GatewayFile) -> Fallback:
+        """A `fallbacks` entry: its speed, and the request its model's endpoints are sent, translated
+        from the body with the entry's fields applied (messages_fallbacks.py)."""
+        speed = messages_fallbacks.speed_of(entry)
+        own = messages_fallbacks.body_for(body, entry)
+        if own is None:
+            return Fallback(entry["model"], speed)
+        chat, translation, kept = translate(own, headers, max_messages=limits.max_messages)
+        forward = chat_request_from(chat, headers, request.request_id, limits, api=self.name,
+                                    prompt_chars=translation.chars)
+        return Fallback(entry["model"], speed, replace(
+            request, body=forward.body, dropped=translation.names(), capability_fields=kept, client_body=own,
+            untranslatable=translation.refusal))
 
     def count_tokens(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:
         """The request of `POST /v1/messages/count_tokens` (max_tokens not needed); its

@@ -1,6 +1,7 @@
 """The `Router`: builds each request's plan -- the "which upstream, and why" of the gateway.
 
-Per model asked for (the model, then `models` fallbacks, in order):
+Per model asked for (the model, then `models` fallbacks, in order; a fallback model named by an
+Anthropic `fallbacks` entry with a speed or a request of its own ranked for those):
 
     hard filters -> tier groups -> figures -> rank -> spill premium -> soft thresholds -> order
     (cached per (model, preferences, request shape): filters forever, the ranking for 250 ms)
@@ -152,20 +153,25 @@ class Router:
 
     def plan(self, request: ChatRequest, prefs: Preferences) -> Plan:
         primary = self.resolve_model(request.model, "model")
-        models = [primary, *(self.resolve_model(m, "models") for m in request.fallback_models)]
         shape = request_shape(request)
         session = request.session_key
         explicit = session is not None
         if session is None and prefs.sticky is not False and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
             session = derived_session_key(request)
         warm = self._warm_holder(session, shape, prefs)
+        own: dict[str, ChatRequest] | None = None
+        if request.fallbacks:  # Anthropic's fallbacks with fields of their own: per model
+            models, own = self._fallback_models(primary, request, prefs, shape)
+        else:
+            models = dict.fromkeys((primary, *(self.resolve_model(m, "models") for m in request.fallback_models)),
+                                   (prefs, shape))
         parts: list[Ranked] = []
         excluded: list[Exclusion] = []
-        for model in dict.fromkeys(models):
-            static = self._static_part(model, prefs, shape, warm)
+        for model, (model_prefs, model_shape) in models.items():
+            static = self._static_part(model, model_prefs, model_shape, warm)
             excluded += static.excluded
             if static.eligible:
-                parts.append(self._ranked_part(model, prefs, shape, static, warm))
+                parts.append(self._ranked_part(model, model_prefs, model_shape, static, warm))
         if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
@@ -188,7 +194,24 @@ class Router:
                    f" speed={prefs.speed.value if prefs.speed else 'unset'}"
         spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
         return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
-                    strategy=strategy, spills=spills, session_key=session)
+                    strategy=strategy, spills=spills, session_key=session, model_requests=own)
+
+    def _fallback_models(self, primary: str, request: ChatRequest, prefs: Preferences, shape: RequestShape
+                         ) -> tuple[dict[str, tuple[Preferences, RequestShape]], dict[str, ChatRequest] | None]:
+        """Per model, in order, the preferences and shape it is ranked by, and the fallback models'
+        own requests: a `fallbacks` entry's speed in place of the request's, its request's shape (its
+        max_tokens). A model named twice is served as first named; the model asked for as asked."""
+        models = {primary: (prefs, shape)}
+        own: dict[str, ChatRequest] = {}
+        for entry in request.fallbacks:
+            model = self.resolve_model(entry.model, "models")
+            if model in models:
+                continue
+            entry_prefs = prefs if entry.speed is None else replace(prefs, speed=entry.speed)
+            if entry.request is not None:
+                own[model] = entry.request
+            models[model] = (entry_prefs, shape if entry.request is None else request_shape(entry.request))
+        return models, own or None
 
     def _warm_holder(self, session: str | None, shape: RequestShape, prefs: Preferences) -> str | None:
         """The session's last endpoint, if `max_uncached_input_tokens` would filter it out as for a cold

@@ -14,6 +14,7 @@ import yaml
 from gateway.apis.messages import MessagesApi, translate
 from gateway.config import GatewayFile, load_catalogue
 from gateway.errors import InvalidRequest, Untranslatable
+from gateway.policy import Speed
 from gateway.upstreams.attempt import dropped_for, prompt_estimate, upstream_body
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
@@ -214,3 +215,63 @@ def test_the_names_dropped_are_bounded_and_header_safe() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": USER, **{f"new field {i}\r\n": 1 for i in range(40)}}
     names = dropped_of(body)
     assert len(names) == 33 and names[-1] == "..." and names[0] == "new_field_0__"
+
+
+def parse(body: dict[str, Any]):  # type: ignore[no-untyped-def]
+    return MessagesApi().parse(orjson.dumps(body), {}, "r", GatewayFile())
+
+
+def test_a_fallbacks_entry_s_own_fields_make_its_model_s_request() -> None:
+    body = {"model": "m", "max_tokens": 100, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 9000},
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
+            "fallbacks": [{"model": "plain"},
+                          {"model": "short", "max_tokens": 7, "speed": "fast"},
+                          {"model": "no-thinking", "thinking": None, "output_config": {"effort": None}, "speed": None},
+                          {"model": "bare", "output_config": None}]}
+    request = parse(body)
+    assert request.fallback_models == ("plain", "short", "no-thinking", "bare")
+    plain, short, no_thinking, bare = request.fallbacks
+    assert (plain.model, plain.speed, plain.request) == ("plain", None, None)  # the request's own
+    assert short.speed is Speed.FAST and no_thinking.speed is Speed.STANDARD and bare.speed is None
+    assert short.request is not None and no_thinking.request is not None and bare.request is not None
+    # For an anthropic endpoint, the body as sent with the entry's fields applied (and no fallbacks).
+    assert short.request.client_body == {**{k: v for k, v in body.items() if k != "fallbacks"}, "max_tokens": 7}
+    assert no_thinking.request.client_body["output_config"] == {"format": body["output_config"]["format"]}
+    assert "thinking" not in no_thinking.request.client_body
+    assert "output_config" not in bare.request.client_body and bare.request.client_body["thinking"]
+    # For the others, its translation: max_tokens, reasoning and response_format follow the entry.
+    assert short.request.body["max_tokens"] == 7 and short.request.body["reasoning_effort"] == "low"
+    assert "reasoning_effort" not in no_thinking.request.body and no_thinking.request.body["response_format"]
+    assert bare.request.body["reasoning_effort"] == "medium" and "response_format" not in bare.request.body
+    assert request.body["max_tokens"] == 100 and request.client_body == body  # the request's own: as asked
+    # The rest is the request's: model, stream, session, what it was asked as.
+    assert short.request.model == "m" and short.request.request_id == "r" and short.request.fallbacks == ()
+
+
+def test_fallbacks_naming_models_only_cost_nothing_more() -> None:
+    request = parse({"model": "m", "max_tokens": 5, "messages": USER, "fallbacks": [{"model": "a"}, {"model": "b"}]})
+    assert request.fallback_models == ("a", "b") and request.fallbacks == ()
+    assert parse({"model": "m", "max_tokens": 5, "messages": USER, "fallbacks": "default"}).fallback_models == ()
+    # The client's own `models` come first: its fallbacks are not the gateway's to act on then.
+    own = parse({"model": "m", "max_tokens": 5, "messages": USER, "models": ["x"],
+                 "fallbacks": [{"model": "a", "max_tokens": 3}]})
+    assert own.fallback_models == ("x",) and own.fallbacks == ()
+
+
+@pytest.mark.parametrize(("fallbacks", "param"), [
+    ([{"model": "a", "temperature": 0.5}], "fallbacks[0].temperature"),  # refused, as Anthropic does
+    ([{"model": "a"}, {"max_tokens": 5}], "fallbacks[1]"),
+    (["a"], "fallbacks[0]"),
+    ([{"model": "a", "max_tokens": 0}], "fallbacks[0].max_tokens"),
+    ([{"model": "a", "max_tokens": True}], "fallbacks[0].max_tokens"),
+    ([{"model": "a", "speed": "warp"}], "fallbacks[0].speed"),
+    ([{"model": "a", "speed": {}}], "fallbacks[0].speed"),
+    ([{"model": "a", "thinking": "on"}], "fallbacks[0].thinking"),
+    ([{"model": "a", "output_config": []}], "fallbacks[0].output_config"),
+    ({"model": "a"}, "fallbacks"),
+    ([{"model": f"m{i}"} for i in range(33)], "fallbacks"),
+])
+def test_invalid_fallbacks_name_the_field(fallbacks: Any, param: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse({"model": "m", "max_tokens": 5, "messages": USER, "fallbacks": fallbacks})
+    assert err.value.param == param

@@ -9,8 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gateway.context import Preferences
+from gateway.config import load_catalogue
+from gateway.context import Fallback, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import PercentileThreshold, Sort, Speed
 from gateway.routing.router import Router, RouterSettings
@@ -290,3 +292,34 @@ def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_f
     store.end("m/a/standard")
     assert picks(second_s + 0.3) == {"a/standard": 1, "b": 19}
     assert picks(lasts + 1)["a/standard"] == 0  # after a while, left to stale exploration
+
+
+def test_a_fallbacks_entry_ranks_its_model_for_its_own_speed_and_request(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"  # m, and a fallback model f: standard, and a fast tier of 10 output tokens at most
+    path.write_text(yaml.safe_dump({
+        "providers": {p: {"base_url": f"http://{p}.test/v1"} for p in ("a", "std", "quick")},
+        "models": {"m": {"endpoints": [endpoint("a")]},
+                   "f": {"aliases": ["eff"],
+                         "endpoints": [endpoint("std"), endpoint("quick", "fast", max_output_tokens=10)]}}}))
+    cat = load_catalogue(path, env={})[0]
+    r, _ = router(cat)
+    asked = replace(chat(max_tokens=100), fallback_models=("eff",))
+
+    def plan(*entries: Fallback, prefs: Preferences | None = None) -> tuple[list[str], Plan]:
+        p = r.plan(replace(asked, fallbacks=entries), prefs or Preferences())
+        return [e.id for e in p.endpoints], p
+
+    assert plan()[0] == ["a/standard", "std/standard"]  # the request's own speed: standard
+    # `speed: fast` for f only (m has no fast tier): fast first -- but max_tokens 100 is more than it gives.
+    assert plan(Fallback("eff", Speed.FAST))[0] == ["a/standard", "std/standard"]
+    short = replace(asked, body={**asked.body, "max_tokens": 7})
+    ids, planned = plan(Fallback("eff", Speed.FAST, short))
+    assert ids == ["a/standard", "quick/fast", "std/standard"]  # its own max_tokens: the fast tier fits
+    assert planned.model_requests == {"f": short}  # by the model's name, not the alias
+    a, quick, _ = planned.endpoints
+    assert planned.request_for(asked, quick) is short and planned.request_for(asked, a) is asked
+    # `speed: standard` for f while the request asks fast: f's fast tier is out, m's order is the request's.
+    ids, planned = plan(Fallback("eff", Speed.STANDARD, short), prefs=Preferences(speed=Speed.FAST))
+    assert ids == ["a/standard", "std/standard"] and "f/quick/fast" in {e.endpoint_key for e in planned.excluded}
+    # The model asked for is served as asked, even when an entry names it too.
+    assert plan(Fallback("m", Speed.FAST, short))[1].model_requests is None
