@@ -35,10 +35,11 @@ from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import Sort
 from gateway.routing.explore import Explorer, best_case_s
-from gateway.routing.figures import Figures, failure_rate, figures_for, output_tokens, with_prediction
+from gateway.routing.figures import failure_rate, figures_for, output_tokens
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
+from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, fastest_now
 from gateway.routing.ranked import Ranked, Scored, Static
-from gateway.routing.ranking import prefer_order, rank, soft_thresholds, sort_value, spill_premium
+from gateway.routing.ranking import prefer_order, rank, soft_thresholds, spill_premium
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
 from gateway.routing.speed import (
     ERROR_PENALTY,
@@ -180,14 +181,14 @@ class Router:
         if session is None and (prefs.sticky or (prefs.sticky is None and head.cache_pays)):
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
-        # (with sort: throughput, the live candidates' scores now first: `_fallback_order`).
+        # (with sort: throughput, the live candidates' scores now first: `pick.fallback_order`).
         scored = self._score_live(head) if head.live_choice and head.live else None
         chosen = self._choose(head, prefs, session, explicit, scored)
         if scored is None:
             i = head.index[chosen.endpoint.key]
             candidates = (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
         else:
-            candidates = (chosen, *self._fallback_order(head, scored, chosen))
+            candidates = (chosen, *fallback_order(head, scored, chosen))
         for part in parts[1:]:
             candidates += part.candidates
         strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
@@ -343,12 +344,13 @@ class Router:
             if explored is not None:
                 return replace(explored, notes=(*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
-            return self._fastest_now(ranked, scored)
+            return fastest_now(ranked, scored, self.settings.near_equal, self._rng)
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
         if ranked.sort is None:
-            return self._cheap_weighted(ranked.lead)
-        return self._best_of_head(ranked.lead[: self.settings.head_size], ranked.sort)
+            return cheap_weighted(ranked.lead, self._rng)
+        return best_of_head(ranked.lead[: self.settings.head_size], ranked.sort, self.telemetry.in_flight,
+                            self.settings.near_equal, self._rng)
 
     def _score_live(self, ranked: Ranked) -> list[Scored]:
         """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
@@ -376,66 +378,6 @@ class Router:
             most = max(ranked.credits)
             scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
         return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
-
-    def _fallback_order(self, ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:
-        """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
-        candidates by their score now, as the choice itself was made (the tier breaking ties), those
-        at their limit or kept out by health last; then the rest in the cached order. Not the cached
-        order alone: it can be 250 ms old and put a claim first that has since taken its trial
-        share. Not tier first either: a premium tier measured slower than the standard one (a false
-        claim) would take every fallback."""
-        key = chosen.endpoint.key
-        live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
-        rest = ranked.not_live
-        if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
-            i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
-            rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
-                tuple(c for c in rest if c.endpoint.key != key)
-        return (*(s[4] for s in live), *rest)
-
-    def _fastest_now(self, ranked: Ranked, scored: list[Scored]) -> Candidate:
-        """Throughput: the least predicted time plus marginal cost among the live candidates
-        (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
-        while it is not slower), then the less loaded of two. If every one is at its limit, the
-        cached order's first."""
-        best = min(s[0] for s in scored)
-        if best == float("inf"):
-            return ranked.candidates[0]
-        limit = best * (1.0 + self.settings.near_equal)
-        near = [s for s in scored if s[0] <= limit]
-        top_rank = min(s[1] for s in near)
-        near = [s for s in near if s[1] == top_rank]
-        pick = min(near, key=lambda s: s[0])
-        if len(near) >= 2:
-            a, b = self._rng.sample(near, 2)  # power of two choices: the less loaded of two
-            pick = a if a[2] <= b[2] else b
-        c = pick[4]
-        return Candidate(c.endpoint, with_prediction(c.figures, pick[3]), c.tier_rank, c.notes)
-
-    def _best_of_head(self, head: tuple[Candidate, ...], sort: Sort) -> Candidate:
-        scored = []
-        for c in head:
-            in_flight = self.telemetry.in_flight(c.endpoint.key)
-            f = c.figures
-            f = Figures(f.decode_tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
-            scored.append((sort_value(sort, f), in_flight, f, c))
-        scored.sort(key=lambda s: s[0])
-        best = scored[0][0]
-        tolerance = self.settings.near_equal * abs(best)
-        near = [s for s in scored if s[0] - best <= tolerance]
-        pick = scored[0]
-        if len(near) >= 2:
-            a, b = self._rng.sample(near, 2)  # power of two choices: the less loaded of two
-            pick = a if a[1] <= b[1] else b
-        c = pick[3]
-        return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
-
-    def _cheap_weighted(self, group: tuple[Candidate, ...]) -> Candidate:
-        costs = [c.figures.cost_usd for c in group]
-        known = [x for x in costs if x]
-        fallback = sum(known) / len(known) if known else 1.0
-        weights = [1.0 / (x or fallback) for x in costs]
-        return self._rng.choices(group, weights=weights)[0]
 
     def _curve(self, endpoint: Endpoint, stats: EndpointStats) -> Curve:
         k = endpoint.key

@@ -1,0 +1,83 @@
+"""The per-request pick among a ranking's candidates, once neither stickiness nor exploration has
+decided: the fastest with live load (`sort: throughput` / `e2e`), the best of the head by the sort's
+value, or, without a sort, at random weighted toward the cheaper; near ties go to the less loaded of
+two (power of two choices). Then what a failure falls back to, in order."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from gateway.context import Candidate
+from gateway.policy import Sort
+from gateway.routing.figures import Figures, with_prediction
+from gateway.routing.ranked import Ranked, Scored
+from gateway.routing.ranking import sort_value
+
+
+def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random) -> Candidate:
+    """Throughput: the least predicted time plus marginal cost among the live candidates
+    (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
+    while it is not slower), then the less loaded of two. If every one is at its limit, the
+    cached order's first."""
+    best = min(s[0] for s in scored)
+    if best == float("inf"):
+        return ranked.candidates[0]
+    limit = best * (1.0 + near_equal)
+    near = [s for s in scored if s[0] <= limit]
+    top_rank = min(s[1] for s in near)
+    near = [s for s in near if s[1] == top_rank]
+    pick = min(near, key=lambda s: s[0])
+    if len(near) >= 2:
+        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        pick = a if a[2] <= b[2] else b
+    c = pick[4]
+    return Candidate(c.endpoint, with_prediction(c.figures, pick[3]), c.tier_rank, c.notes)
+
+
+def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable[[str], int], near_equal: float,
+                 rng: random.Random) -> Candidate:
+    """`sort: latency` / `price` and others without a live choice: the best of the head by the sort's
+    value with in-flight counts as of now."""
+    scored = []
+    for c in head:
+        in_flight = in_flight_of(c.endpoint.key)
+        f = c.figures
+        f = Figures(f.decode_tps, f.ttft_ms, f.cost_usd, in_flight, f.samples, f.source)
+        scored.append((sort_value(sort, f), in_flight, f, c))
+    scored.sort(key=lambda s: s[0])
+    best = scored[0][0]
+    tolerance = near_equal * abs(best)
+    near = [s for s in scored if s[0] - best <= tolerance]
+    pick = scored[0]
+    if len(near) >= 2:
+        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        pick = a if a[1] <= b[1] else b
+    c = pick[3]
+    return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
+
+
+def cheap_weighted(group: tuple[Candidate, ...], rng: random.Random) -> Candidate:
+    """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price)."""
+    costs = [c.figures.cost_usd for c in group]
+    known = [x for x in costs if x]
+    fallback = sum(known) / len(known) if known else 1.0
+    weights = [1.0 / (x or fallback) for x in costs]
+    return rng.choices(group, weights=weights)[0]
+
+
+def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:
+    """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
+    candidates by their score now, as the choice itself was made (the tier breaking ties), those
+    at their limit or kept out by health last; then the rest in the cached order. Not the cached
+    order alone: it can be 250 ms old and put a claim first that has since taken its trial
+    share. Not tier first either: a premium tier measured slower than the standard one (a false
+    claim) would take every fallback."""
+    key = chosen.endpoint.key
+    live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
+    rest = ranked.not_live
+    if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
+        i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
+        rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
+            tuple(c for c in rest if c.endpoint.key != key)
+    return (*(s[4] for s in live), *rest)
