@@ -61,6 +61,15 @@ from tests.harness import free_port, terminate, wait_ready  # noqa: E402
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BODY = {"model": "bench", "max_tokens": 16, "messages": [{"role": "user", "content": "Say something."}]}
 PACED_MODEL = "bench-paced"  # the stub paces a stream for a model named `*-paced`
+# What a client of each API sends, and where: chat completions to a chat endpoint (chat's path), and the
+# pass-through paths -- a Messages client on an `api: anthropic` endpoint, a Responses client on an
+# `api: openai-responses` one. The stub answers all three with the same 20 tokens.
+APIS: dict[str, tuple[str, dict[str, object]]] = {
+    "chat": ("/v1/chat/completions", BODY),
+    "messages": ("/v1/messages", {**BODY, "model": "bench-messages"}),
+    "responses": ("/v1/responses", {"model": "bench-responses", "max_output_tokens": 16,
+                                    "input": [{"role": "user", "content": "Say something."}]}),
+}
 TARGET_CPU_RATIO = 3.5
 TARGET_RPS_RATIO = 0.25
 TARGET_ADDED_MS = 0.25
@@ -143,12 +152,21 @@ def supports_workers() -> bool:
 
 
 def write_catalogue(upstream_port: int, prefix: str) -> Path:
+    """The stub as three providers, one per wire API (all at the same port), and a model on each."""
+    base_url = f"http://127.0.0.1:{upstream_port}/v1"
+    price = {"input": 1.0, "output": 2.0}
     catalogue = {
-        "providers": {"stub": {"base_url": f"http://127.0.0.1:{upstream_port}/v1"}},
+        "providers": {"stub": {"base_url": base_url},
+                      "stub-anthropic": {"base_url": base_url, "api": "anthropic"},
+                      "stub-responses": {"base_url": base_url, "api": "openai-responses"}},
         "models": {"bench": {"endpoints": [{"provider": "stub", "model": "upstream-bench", "id": "stub",
-                                             "price": {"input": 1.0, "output": 2.0}}]},
+                                             "price": price}]},
                    PACED_MODEL: {"endpoints": [{"provider": "stub", "model": "upstream-paced", "id": "paced",
-                                                "price": {"input": 1.0, "output": 2.0}}]}},
+                                                "price": price}]},
+                   "bench-messages": {"endpoints": [{"provider": "stub-anthropic", "model": "upstream-bench",
+                                                     "id": "stub-anthropic", "price": price}]},
+                   "bench-responses": {"endpoints": [{"provider": "stub-responses", "model": "upstream-bench",
+                                                      "id": "stub-responses", "price": price}]}},
         "gateway": {"redis_key_prefix": prefix},
     }
     path = Path(tempfile.mkdtemp(prefix="bench-gw-")) / "providers.yaml"
@@ -266,7 +284,7 @@ def run_bench(args: argparse.Namespace) -> int:
     targets: list[tuple[str, Proc | None, int, dict[str, str] | None]] = [("direct", None, stub_port, None)]
     try:
         ref = Proc("reference", [sys.executable, str(HERE / "reference.py"), str(ref_port),
-                                 f"http://127.0.0.1:{stub_port}/v1/chat/completions"], ref_port, gw_cores, "/healthz")
+                                 f"http://127.0.0.1:{stub_port}"], ref_port, gw_cores, "/healthz")
         procs.append(ref)
         targets.append(("reference", ref, ref_port, None))
         catalogue = write_catalogue(stub_port, prefix)
