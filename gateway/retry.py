@@ -138,16 +138,18 @@ def rate_limit_exhausted(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+# Each Anthropic limit's (remaining, reset) headers: named once, read on every translated stream's answer.
+ANTHROPIC_LIMITS = tuple((f"anthropic-ratelimit-{kind}-remaining", f"anthropic-ratelimit-{kind}-reset")
+                         for kind in ("requests", "tokens", "input-tokens", "output-tokens"))
 
 
 def anthropic_limit_exhausted(headers: Mapping[str, str]) -> float | None:
     """Seconds until an Anthropic rate limit resets, when it says none is left
     (`anthropic-ratelimit-<kind>-remaining: 0`, its `-reset` an RFC 3339 time); else OpenAI's
     `x-ratelimit-*`, which Anthropic-compatible hosts may send instead."""
-    for kind in ANTHROPIC_LIMITS:
-        if headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0":
-            reset = headers.get(f"anthropic-ratelimit-{kind}-reset", "")
+    for remaining, reset_at in ANTHROPIC_LIMITS:
+        if headers.get(remaining) == "0":
+            reset = headers.get(reset_at, "")
             with contextlib.suppress(ValueError):
                 return max(0.0, datetime.fromisoformat(reset.replace("Z", "+00:00")).timestamp() - time.time()) or 1.0
             return retry_after(headers) or 1.0
