@@ -13,7 +13,9 @@ for each client API (`--api`) and mode (`--mode`): `chat` is chat completions on
 endpoint, a Responses client on an `api: openai-responses` one). The table gives each cell against
 the reference's same cell and against the same checkout's chat cell of the same mode. Each server is
 started once; a cell is counted between `callgrind_control -i on` and `-i off`, then dumped
-(`--keep` keeps the dumps, for `callgrind_annotate`). Two runs of the same code agree within ~1%.
+(`--keep` keeps the dumps, for `callgrind_annotate`), less what the server does by the clock
+meanwhile (its timers and flushes, counted for 10 s of idle first: a cell takes tens of seconds
+under valgrind, and more on a busy machine). Two runs of the same code agree within a few %.
 Instructions are not time -- system calls and cache misses are left out, and `PYTHONMALLOC=malloc`
 (which valgrind needs) makes allocation dearer than pymalloc does -- so use this to compare versions
 of the code and paths through it, and `make bench` for the targets. Needs valgrind (Debian's
@@ -47,6 +49,7 @@ from overhead import APIS, Proc, write_catalogue  # noqa: E402
 from tests.harness import ensure_binary, free_port, terminate, wait_ready  # noqa: E402
 
 Cell = tuple[str, str]  # (api, mode)
+IDLE_S = 10.0
 
 
 def _totals(dump: Path) -> int | None:
@@ -85,15 +88,25 @@ def count(name: str, command: list[str], cwd: Path, port: int, cells: list[Cell]
     try:
         wait_ready(proc, f"http://127.0.0.1:{port}/healthz", 600, name,
                    lambda: (out.parent / "server.log").read_text()[-2000:])
+        # What the server does by the clock (timers, flushes), counted while idle: under valgrind a
+        # cell takes tens of seconds, more on a busy machine, and that work would be charged to
+        # its requests as its wall time varies. Each cell's count is less this rate times its time.
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        began = time.perf_counter()
+        time.sleep(IDLE_S)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+        idle_per_s = _dump(proc.pid, out, seen)[0] / (time.perf_counter() - began)
         for api, mode in cells:
             path, body = APIS[api]
             data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": mode == "stream"}), None)
             uvloop.run(loadgen.run(port, data, concurrency, 100, warmup=20))
             subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+            began = time.perf_counter()
             result = uvloop.run(loadgen.run(port, data, concurrency, requests, warmup=0))
             subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
+            elapsed = time.perf_counter() - began
             total, dump = _dump(proc.pid, out, seen)
-            counts[(api, mode)] = total / requests, result.errors
+            counts[(api, mode)] = (total - idle_per_s * elapsed) / requests, result.errors
             if keep:  # named for its cell, for callgrind_annotate
                 dump.rename(out.parent / f"{Path(name).name}-{api}-{mode}.callgrind")
         proc.send_signal(signal.SIGTERM)
