@@ -14,15 +14,21 @@ One run, on loopback, starts:
 The gateways and the reference are pinned to one core, the load generator (`loadgen.py`, raw asyncio)
 and the stub to the other. For concurrency 1, 8 and 64, non-streaming and streaming, every target is
 driven back to back, then the paced stream at concurrency 1 (mode `paced`: the first token arrives
-alone, with nothing after it to read); the table prints latency p50/p99 (for streams: time to the
-first body byte, i.e. the first token), what each adds over calling the stub directly, requests/s,
-the target's CPU µs per request (on-CPU time of all its threads and processes, from /proc) and RSS.
-Then the ratios to the reference and PASS/FAIL against the targets of issue 12:
+alone, with nothing after it to read). At concurrency 8 (else the highest asked), in the same
+rounds as chat's, the pass-through paths of issue 30 on the 1-worker gateway (and the direct and
+reference baselines): a Messages client on an `api: anthropic` endpoint (mode `msg json`/`msg
+stream`) and a Responses client on an `api: openai-responses` one (`resp json`/`resp stream`), the
+stub answering each in its own API with the same 20 tokens (`--no-passthrough` skips them). The
+table prints latency p50/p99 (for streams: time to the first body byte, i.e. the first token), what
+each adds over calling the stub directly, requests/s, the target's CPU µs per request (on-CPU time of
+all its threads and processes, from /proc) and RSS. Then the ratios to the reference and PASS/FAIL
+against the targets of issue 12 (every row, pass-through ones included) and issue 30:
 
   CPU per request <= 3.5x the reference's (every row); requests/s >= 0.25x the reference's (c=64);
   added p50 (non-streaming) and added time to first token (streaming, paced) <= the reference's
   + 0.25 ms (c=1); 0 errors; the full gateway's CPU per request <= 1.15x the plain one's (all rows together);
-  RSS per worker <= 120 MB after the run.
+  RSS per worker <= 120 MB after the run; a pass-through path's CPU per request <= 1.05x chat's, same
+  mode, same gateway, same rounds.
 
 The machine is shared and noisy: every cell is measured `--rounds` times (3), the targets interleaved,
 and the median round is printed. Compare within one run, and run it more than once; to compare two
@@ -61,11 +67,23 @@ from tests.harness import free_port, terminate, wait_ready  # noqa: E402
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 BODY = {"model": "bench", "max_tokens": 16, "messages": [{"role": "user", "content": "Say something."}]}
 PACED_MODEL = "bench-paced"  # the stub paces a stream for a model named `*-paced`
+# What a client of each API sends, and where: chat completions to a chat endpoint (chat's path), and the
+# pass-through paths -- a Messages client on an `api: anthropic` endpoint, a Responses client on an
+# `api: openai-responses` one. The stub answers all three with the same 20 tokens.
+APIS: dict[str, tuple[str, dict[str, object]]] = {
+    "chat": ("/v1/chat/completions", BODY),
+    "messages": ("/v1/messages", {**BODY, "model": "bench-messages"}),
+    "responses": ("/v1/responses", {"model": "bench-responses", "max_output_tokens": 16,
+                                    "input": [{"role": "user", "content": "Say something."}]}),
+}
 TARGET_CPU_RATIO = 3.5
 TARGET_RPS_RATIO = 0.25
 TARGET_ADDED_MS = 0.25
 TARGET_FULL_CPU = 1.15
 TARGET_RSS_MB = 120
+TARGET_PASSTHROUGH_CPU = 1.05  # a pass-through path's CPU per request against chat's, same run (issue 30)
+PASSTHROUGH_TARGET = "gateway w=1"  # the one gateway the pass-through paths are measured on
+MODE_PREFIX = {"chat": "", "messages": "msg ", "responses": "resp "}
 
 
 # -- processes --------------------------------------------------------------------------------------
@@ -143,12 +161,21 @@ def supports_workers() -> bool:
 
 
 def write_catalogue(upstream_port: int, prefix: str) -> Path:
+    """The stub as three providers, one per wire API (all at the same port), and a model on each."""
+    base_url = f"http://127.0.0.1:{upstream_port}/v1"
+    price = {"input": 1.0, "output": 2.0}
     catalogue = {
-        "providers": {"stub": {"base_url": f"http://127.0.0.1:{upstream_port}/v1"}},
+        "providers": {"stub": {"base_url": base_url},
+                      "stub-anthropic": {"base_url": base_url, "api": "anthropic"},
+                      "stub-responses": {"base_url": base_url, "api": "openai-responses"}},
         "models": {"bench": {"endpoints": [{"provider": "stub", "model": "upstream-bench", "id": "stub",
-                                             "price": {"input": 1.0, "output": 2.0}}]},
+                                             "price": price}]},
                    PACED_MODEL: {"endpoints": [{"provider": "stub", "model": "upstream-paced", "id": "paced",
-                                                "price": {"input": 1.0, "output": 2.0}}]}},
+                                                "price": price}]},
+                   "bench-messages": {"endpoints": [{"provider": "stub-anthropic", "model": "upstream-bench",
+                                                     "id": "stub-anthropic", "price": price}]},
+                   "bench-responses": {"endpoints": [{"provider": "stub-responses", "model": "upstream-bench",
+                                                      "id": "stub-responses", "price": price}]}},
         "gateway": {"redis_key_prefix": prefix},
     }
     path = Path(tempfile.mkdtemp(prefix="bench-gw-")) / "providers.yaml"
@@ -212,10 +239,11 @@ class Row:
     added_p50_ms: float = 0.0
     added_p99_ms: float = 0.0
     paced: bool = False
+    api: str = "chat"  # the client API (APIS): messages and responses are the pass-through paths
 
     @property
     def mode(self) -> str:
-        return "paced" if self.paced else "stream" if self.stream else "json"
+        return MODE_PREFIX[self.api] + ("paced" if self.paced else "stream" if self.stream else "json")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -223,9 +251,10 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def measure(name: str, port: int, pid: int | None, path: str, stream: bool, concurrency: int, total: int,
+def measure(name: str, port: int, pid: int | None, api: str, stream: bool, concurrency: int, total: int,
             headers: dict[str, str] | None = None, paced: bool = False) -> Row:
-    body = {**BODY, "stream": stream, **({"model": PACED_MODEL} if paced else {})}
+    path, body = APIS[api]
+    body = {**body, "stream": stream, **({"model": PACED_MODEL} if paced else {})}
     data = loadgen.request_bytes(path, orjson.dumps(body), headers)
     uvloop.run(loadgen.run(port, data, concurrency, 20 if paced else min(total, 200), warmup=0 if paced else 20))
     cpu0 = cpu_seconds(pid) if pid else 0.0
@@ -233,7 +262,7 @@ def measure(name: str, port: int, pid: int | None, path: str, stream: bool, conc
     cpu = (cpu_seconds(pid) - cpu0) / total * 1e6 if pid else None
     times = result.first_byte_s if stream else result.latency_s
     return Row(name, stream, concurrency, pct(times, .5) * 1e3, pct(times, .99) * 1e3,
-               len(result.latency_s) / result.wall_s, cpu, result.errors, paced=paced)
+               len(result.latency_s) / result.wall_s, cpu, result.errors, paced=paced, api=api)
 
 
 def median_row(rows: list[Row]) -> Row:
@@ -266,7 +295,7 @@ def run_bench(args: argparse.Namespace) -> int:
     targets: list[tuple[str, Proc | None, int, dict[str, str] | None]] = [("direct", None, stub_port, None)]
     try:
         ref = Proc("reference", [sys.executable, str(HERE / "reference.py"), str(ref_port),
-                                 f"http://127.0.0.1:{stub_port}/v1/chat/completions"], ref_port, gw_cores, "/healthz")
+                                 f"http://127.0.0.1:{stub_port}"], ref_port, gw_cores, "/healthz")
         procs.append(ref)
         targets.append(("reference", ref, ref_port, None))
         catalogue = write_catalogue(stub_port, prefix)
@@ -284,17 +313,25 @@ def run_bench(args: argparse.Namespace) -> int:
         # (stream, paced, concurrency): the paced stream (~50 ms a request) only at c=1, where TTFT is judged.
         cells = [(stream, False, c) for stream in (False, True) for c in concurrencies]
         cells.append((True, True, 1))
+        # The pass-through paths at one concurrency, on one gateway (and the baselines): in the same
+        # rounds as chat's cell, so each is judged against a chat row measured alongside it.
+        passthrough_c = 8 if 8 in concurrencies else concurrencies[-1]
+        passthrough = [] if args.no_passthrough else ["messages", "responses"]
         with scrape:
             for stream, paced, c in cells:
                 # Rounds interleave the targets, so a slow spell of the machine hits them all alike;
                 # each target's row is its median round (by CPU per request).
                 total = paced_total if paced else total_for[c]
-                runs: dict[str, list[Row]] = {name: [] for name, _, _, _ in targets}
+                apis = ["chat"] + (passthrough if c == passthrough_c and not paced else [])
+                runs: dict[tuple[str, str], list[Row]] = {}
                 for _ in range(args.rounds):
-                    for name, proc, port, headers in targets:
-                        runs[name].append(measure(name, port, proc.pid if proc else stub.pid,
-                                                  "/v1/chat/completions", stream, c, total, headers, paced))
-                rows += [median_row(runs[name]) for name, _, _, _ in targets]
+                    for api in apis:
+                        for name, proc, port, headers in targets:
+                            if api == "chat" or name in ("direct", "reference", PASSTHROUGH_TARGET):
+                                runs.setdefault((name, api), []).append(
+                                    measure(name, port, proc.pid if proc else stub.pid, api, stream, c, total,
+                                            headers, paced))
+                rows += [median_row(rounds) for rounds in runs.values()]
         rss = {name: rss_mb(proc.pid) for name, proc, _, _ in targets if proc is not None}
     finally:
         for p in reversed(procs):
@@ -308,11 +345,11 @@ def report(rows: list[Row], rss: dict[str, list[float]]) -> int:
     for r in rows:
         d = direct[(r.mode, r.concurrency)]
         r.added_p50_ms, r.added_p99_ms = r.p50_ms - d.p50_ms, r.p99_ms - d.p99_ms
-    print(f"\n{'target':<15}{'mode':<8}{'c':>4}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
+    print(f"\n{'target':<15}{'mode':<12}{'c':>4}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
           f"{'req/s':>8}{'CPU µs/req':>11}{'err':>5}   (stream: time to first token)")
     for r in rows:
         cpu = f"{r.cpu_us:>11.0f}" if r.cpu_us is not None else f"{'':>11}"
-        print(f"{r.target:<15}{r.mode:<8}{r.concurrency:>4}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}"
+        print(f"{r.target:<15}{r.mode:<12}{r.concurrency:>4}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}"
               f"{r.added_p50_ms:>9.2f}{r.added_p99_ms:>9.2f}{r.rps:>8.0f}{cpu}{r.errors:>5}")
     print("(direct: the load generator straight to the stub; its CPU column is the stub's)")
     print("\nRSS after the run: " + ", ".join(f"{n}: {' + '.join(f'{m:.0f}' for m in v)} MB" for n, v in rss.items()))
@@ -322,7 +359,7 @@ def report(rows: list[Row], rss: dict[str, list[float]]) -> int:
 def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
     ref = {(r.mode, r.concurrency): r for r in rows if r.target == "reference"}
     checks: list[tuple[str, bool]] = []
-    print(f"\n{'gateway vs reference':<22}{'mode':<8}{'c':>4}{'CPU ratio':>11}{'req/s ratio':>13}"
+    print(f"\n{'gateway vs reference':<22}{'mode':<12}{'c':>4}{'CPU ratio':>11}{'req/s ratio':>13}"
           f"{'+p50 - ref +p50':>17}")
     for r in rows:
         if not r.target.startswith("gateway"):
@@ -332,7 +369,7 @@ def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
         rps_ratio = r.rps / base.rps
         extra = r.added_p50_ms - base.added_p50_ms
         mode = r.mode
-        print(f"{r.target:<22}{mode:<8}{r.concurrency:>4}{cpu_ratio:>10.2f}x{rps_ratio:>12.2f}x{extra:>15.2f}ms")
+        print(f"{r.target:<22}{mode:<12}{r.concurrency:>4}{cpu_ratio:>10.2f}x{rps_ratio:>12.2f}x{extra:>15.2f}ms")
         what = f"{r.target} {mode} c={r.concurrency}"
         checks.append((f"{what}: CPU/req {r.cpu_us:.0f} µs <= {TARGET_CPU_RATIO}x reference "
                        f"({TARGET_CPU_RATIO * (base.cpu_us or 0):.0f} µs)", cpu_ratio <= TARGET_CPU_RATIO))
@@ -344,6 +381,14 @@ def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
             checks.append((f"{what}: {label} {r.added_p50_ms:.2f} ms <= reference's + {TARGET_ADDED_MS} ms "
                            f"({base.added_p50_ms + TARGET_ADDED_MS:.2f})", extra <= TARGET_ADDED_MS))
         checks.append((f"{what}: {r.errors} errors", r.errors == 0))
+    chat = {(r.target, r.stream, r.concurrency): r for r in rows if r.api == "chat" and not r.paced}
+    for r in rows:
+        if r.target.startswith("gateway") and r.api != "chat":
+            base = chat[(r.target, r.stream, r.concurrency)]
+            ratio = (r.cpu_us or 0) / (base.cpu_us or 1)
+            checks.append((f"{r.target} {r.mode} c={r.concurrency}: CPU/req {r.cpu_us:.0f} µs <= "
+                           f"{TARGET_PASSTHROUGH_CPU}x chat's ({base.cpu_us:.0f} µs): {ratio:.2f}x",
+                           ratio <= TARGET_PASSTHROUGH_CPU))
     full = [r for r in rows if r.target == "gateway full"]
     plain = {(r.mode, r.concurrency): r for r in rows if r.target == "gateway w=1"}
     if full:
@@ -369,6 +414,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--workers", default="1,2", help="gateway worker counts to measure (needs serve --workers)")
     parser.add_argument("--no-full", action="store_true", help="skip the Redis + key + metrics gateway")
+    parser.add_argument("--no-passthrough", action="store_true",
+                        help="skip the pass-through paths (Messages and Responses clients on their own APIs)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="measurements of each target, interleaved; its median is reported")
     args = parser.parse_args()

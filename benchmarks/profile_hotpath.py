@@ -1,10 +1,11 @@
 """Where the gateway's CPU goes under load: py-spy samples of the whole process, summarised.
 
-`.venv/bin/python benchmarks/profile_hotpath.py [--stream] [--concurrency 8] [--seconds 20]`
+`.venv/bin/python benchmarks/profile_hotpath.py [--stream] [--api chat] [--concurrency 8] [--seconds 20]`
 starts the stub upstream and a gateway (pinned as in `overhead.py`), drives it with the raw-asyncio
 load generator, records it with `py-spy record --format raw` (every thread, idle excluded) and prints
 the share of samples per package (by the frame that was running: "self" time) and the top functions
-by self and by inclusive time. `--speedscope FILE` also writes the speedscope profile.
+by self and by inclusive time. `--api messages|responses`: a pass-through path instead of chat
+completions (as in `instructions.py`). `--speedscope FILE` also writes the speedscope profile.
 py-spy needs ptrace rights (root, or kernel.yama.ptrace_scope = 0).
 """
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import loadgen  # noqa: E402
-from overhead import BODY, Proc, _cores, start_gateway, write_catalogue  # noqa: E402
+from overhead import APIS, Proc, _cores, start_gateway, write_catalogue  # noqa: E402
 
 from tests.harness import free_port  # noqa: E402
 
@@ -98,6 +99,7 @@ def short(name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--api", choices=list(APIS), default="chat")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--top", type=int, default=25)
@@ -113,7 +115,8 @@ def main() -> None:
     stub = Proc("stub", [sys.executable, str(HERE / "stub_upstream.py"), str(stub_port)], stub_port, load_cores, "/")
     gw, _ = start_gateway("gateway", write_catalogue(stub_port, "profile"), gw_cores, 1, full=False)
     raw = Path(tempfile.mkdtemp(prefix="profile-")) / "gateway.raw"
-    data = loadgen.request_bytes("/v1/chat/completions", orjson.dumps({**BODY, "stream": args.stream}))
+    path, body = APIS[args.api]
+    data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": args.stream}))
     stop = threading.Event()
 
     def load() -> None:

@@ -1,5 +1,7 @@
 """The bare pass-through the gateway is measured against: uvicorn (httptools, uvloop), one plain ASGI
-function, aiohttp to the upstream, no features. `python benchmarks/reference.py PORT UPSTREAM_URL`."""
+function, aiohttp to the upstream, no features. `python benchmarks/reference.py PORT UPSTREAM_ROOT`
+(e.g. `http://127.0.0.1:9000`): each request goes to the same path there (/v1/chat/completions,
+/v1/messages, /v1/responses), its body as sent."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     while more:
         message = await receive()
         body, more = body + message.get("body", b""), message.get("more_body", False)
-    async with session.post(UPSTREAM, data=body, headers={"content-type": "application/json"}) as r:  # type: ignore[union-attr]
+    async with session.post(UPSTREAM + scope["path"], data=body, headers={"content-type": "application/json"}) as r:  # type: ignore[union-attr]
         await send({"type": "http.response.start", "status": r.status,
                     "headers": [(b"content-type", r.headers["content-type"].encode())]})
         async for data in r.content.iter_any():

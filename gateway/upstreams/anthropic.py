@@ -259,8 +259,14 @@ class MessagesTranslator(JsonTranslator):
         return []  # ping, content_block_stop
 
 
+# Events a pass-through neither parses nor changes: the deltas (one per token: what the meter needs of
+# them is read in their bytes), the blocks' ends and pings. A JSON string escapes its quotes, so
+# `"type":"..."` inside an event can only be a type, never text.
 _DELTA = b'{"type":"content_block_delta"'
 _DELTA_EVENT = b"event: content_block_delta\ndata: "
+_OTHERS = {b'{"type":"content_block_stop"': b"event: content_block_stop\ndata: ",
+           b'{"type":"ping"': b"event: ping\ndata: "}
+_OTHER_PREFIXES = tuple(_OTHERS)
 
 
 class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
@@ -272,22 +278,29 @@ class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
     def __init__(self, model: str, whole: bool) -> None:
         MessagesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
-        self._seen: list[dict[str, Any]] = []
+        self._seen: list[dict[str, Any] | bytes] = []  # whole: the events, parsed or (unparsed ones) not yet
 
     def events(self, payload: bytes) -> list[Chunk] | None:
-        if not self.whole and payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
-            self._out.append(_DELTA_EVENT + payload + b"\n\n")
-            # A JSON string escapes its quotes, so `"type":"..."` can only be the delta's own type.
+        if payload.startswith(_DELTA):  # most events
+            if self.whole:
+                self._seen.append(payload)  # parsed with the others at the end, in one call
+            else:
+                self._out.append(_DELTA_EVENT + payload + b"\n\n")
             if b'"type":"text_delta"' in payload or b'"type":"input_json_delta"' in payload:
                 return ANSWER_TOKEN
             return REASONING_TOKEN if b'"type":"thinking_delta"' in payload else NO_TOKEN
+        if payload.startswith(_OTHER_PREFIXES):
+            if not self.whole:  # (the message assembled from a whole stream needs neither)
+                self._out.append(_OTHERS[payload[:payload.find(b'"', 9) + 1]] + payload + b"\n\n")
+            return NO_TOKEN
         event = loads(payload)
         if event is None:
             return None
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             event["message"]["model"] = self.model
-            payload = orjson.dumps(event)
+            if not self.whole:
+                payload = orjson.dumps(event)
         if self.whole:
             self._seen.append(event)
         elif kind != "error":  # an error event is rendered by the gateway, as any failure is
@@ -295,38 +308,59 @@ class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
         return self.translate(event)
 
     def result(self) -> dict[str, Any]:
-        return assemble_message(self._seen)
+        unparsed = [e for e in self._seen if type(e) is bytes]
+        try:
+            values = orjson.loads(b"[" + b",".join(unparsed) + b"]")
+        except orjson.JSONDecodeError:
+            values = None
+        if values is None or len(values) != len(unparsed):  # a malformed one: each on its own, it left out
+            values = [loads(e) or {} for e in unparsed]
+        parsed = iter(values)
+        return assemble_message([next(parsed) if type(e) is bytes else e for e in self._seen])  # type: ignore[misc]
+
+
+# A delta's type -> the field of its block its pieces make (joined at the end).
+_PIECES = {"text_delta": ("text", "text"), "thinking_delta": ("thinking", "thinking"),
+           "input_json_delta": ("partial_json", "partial_json")}
 
 
 def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The `message` object a stream of Messages events makes, blocks as they came."""
     message: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
-    partial_json: dict[int, str] = {}
+    pieces: dict[tuple[int, str], list[str]] = {}  # (block index, field) -> its deltas, joined at the end
     for event in events:
+        if type(event) is not dict:
+            continue
         kind, index = event.get("type"), event.get("index")
-        if kind == "message_start":
+        if kind == "content_block_delta":  # most of them: one per token
+            delta = event.get("delta")
+            if type(index) is not int or index not in blocks or type(delta) is not dict:
+                continue
+            piece = _PIECES.get(delta.get("type"))  # type: ignore[arg-type]
+            if piece is not None:
+                field, key = piece
+                if key in delta:
+                    pieces.setdefault((index, field), []).append(str(delta[key]))
+            elif "signature" in delta:
+                blocks[index]["signature"] = delta["signature"]
+            elif "citation" in delta:
+                blocks[index].setdefault("citations", []).append(delta["citation"])
+        elif kind == "message_start":
             message = {**(event.get("message") or {}), "content": []}
         elif kind == "content_block_start" and isinstance(index, int):
             blocks[index] = dict(event.get("content_block") or {})
-        elif kind == "content_block_delta" and index in blocks:
-            block, delta = blocks[index], event.get("delta") or {}
-            for field, key in (("text", "text"), ("thinking", "thinking"), ("partial_json", None)):
-                if field in delta and key is not None:
-                    block[key] = block.get(key, "") + str(delta[field])
-            if "partial_json" in delta:
-                partial_json[index] = partial_json.get(index, "") + str(delta["partial_json"])
-            if "signature" in delta:
-                block["signature"] = delta["signature"]
-            if "citation" in delta:
-                block.setdefault("citations", []).append(delta["citation"])
-        elif kind == "content_block_stop" and index in partial_json:
-            try:
-                blocks[index]["input"] = orjson.loads(partial_json[index] or "{}")
-            except orjson.JSONDecodeError:
-                blocks[index]["input"] = {}
         elif kind == "message_delta":
             message.update(event.get("delta") or {})
             message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+    for (index, field), texts in pieces.items():
+        block = blocks[index]
+        if field == "partial_json":  # a tool_use block's input, streamed as JSON text
+            try:
+                block["input"] = orjson.loads("".join(texts) or "{}")
+            except orjson.JSONDecodeError:
+                block["input"] = {}
+        else:
+            block[field] = str(block.get(field) or "") + "".join(texts)
     message["content"] = [blocks[i] for i in sorted(blocks)]
     return message

@@ -26,6 +26,7 @@ from gateway.context import ChatRequest
 from gateway.upstreams.wire import (
     ANSWER_TOKEN,
     END,
+    NO_TOKEN,
     REASONING_TOKEN,
     Chunk,
     ChunkHead,
@@ -179,10 +180,18 @@ class ResponsesTranslator(JsonTranslator):
 
 
 _DELTA = b'{"type":"response.'
-# Delta events a pass-through forwards unparsed, and what each counts as for the meter.
-_DELTA_TOKENS = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_call_arguments.delta": ANSWER_TOKEN,
-                 b"response.reasoning_text.delta": REASONING_TOKEN,
-                 b"response.reasoning_summary_text.delta": REASONING_TOKEN}
+# Events a pass-through forwards unparsed, and what each counts as for the meter: the deltas (one
+# per token), and the events that translate to nothing and hold no `response` (whose model is renamed).
+_UNPARSED = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_call_arguments.delta": ANSWER_TOKEN,
+             b"response.reasoning_text.delta": REASONING_TOKEN,
+             b"response.reasoning_summary_text.delta": REASONING_TOKEN,
+             **dict.fromkeys((b"response.content_part.added", b"response.content_part.done",
+                              b"response.output_text.done", b"response.output_item.done",
+                              b"response.function_call_arguments.done", b"response.reasoning_text.done",
+                              b"response.reasoning_summary_part.added", b"response.reasoning_summary_part.done",
+                              b"response.reasoning_summary_text.done"), NO_TOKEN)}
+# A client that did not stream gets the final `response` alone: the in-progress one is not read either.
+_UNPARSED_WHOLE = {**_UNPARSED, b"response.in_progress": NO_TOKEN}
 
 
 class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
@@ -195,12 +204,13 @@ class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
         ResponsesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
         self._final: dict[str, Any] = {}
+        self._unparsed = _UNPARSED_WHOLE if whole else _UNPARSED
 
     def events(self, payload: bytes) -> list[Chunk] | None:
         if payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
             end = payload.find(b'"', len(_DELTA))
             kind = payload[len(_DELTA) - len(b"response."):end]
-            token = _DELTA_TOKENS.get(kind)
+            token = self._unparsed.get(kind)
             if token is not None:
                 if not self.whole:
                     self._out.append(b"event: " + kind + b"\ndata: " + payload + b"\n\n")

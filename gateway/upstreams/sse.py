@@ -7,7 +7,10 @@ a partial event waits for the next read. It does not interpret the JSON.
 
 from __future__ import annotations
 
+import re
+
 DONE = b"[DONE]"
+_NAMED = re.compile(rb"^event: [^\n]*\ndata: ([^\n]*)\n\n", re.MULTILINE)  # an `event:` and a `data: ` line
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
@@ -32,6 +35,13 @@ class SSEDecoder:
         if events.startswith(b"data: "):
             payloads = events[6:].split(b"\n\ndata: ")
             if events.count(b"\n") == 2 * (len(payloads) - 1):
+                return payloads
+        elif events.startswith(b"event: "):
+            # Anthropic's and OpenAI Responses' read: events of two lines, `event: <type>` and one
+            # `data: ` line. One regex pass takes each event's data; the newline count proves every
+            # newline was inside a match, i.e. the read holds nothing else (a third line, an empty event).
+            payloads = _NAMED.findall(events + b"\n\n")
+            if events.count(b"\n") == 3 * len(payloads) - 2:
                 return payloads
         payloads = []
         for event in events.split(b"\n\n"):
