@@ -279,7 +279,7 @@ class Dispatcher:
             for name in ("max_tokens", "max_completion_tokens"):
                 if body.get(name) is not None:
                     body[name] = max_tokens
-        continued = replace(request, body=body)
+        continued = request._replace(body=body)
         return await self.dispatch(continued, replace(plan, candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,

@@ -443,7 +443,7 @@ async def plan_request(request: Request, services: Services, request_id: str, ap
     continues a stored conversation."""
     headers = header_map(request.scope["headers"])
     client = await services.access.authenticate(headers)
-    raw = await read_body(request, services.config.gateway.max_body_bytes)
+    raw = await read_body(request, services.config.gateway.max_body_bytes, headers)
     chat = api.parse(raw, headers, request_id, services.config.gateway)
     chat = await api.recall(chat, services, client)
     request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail

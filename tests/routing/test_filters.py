@@ -42,8 +42,7 @@ def test_data_collection_deny(tmp_path: Path) -> None:
 
 
 def sized(chars: int) -> ChatRequest:
-    from dataclasses import replace
-    return replace(chat(), prompt_chars=chars)
+    return chat()._replace(prompt_chars=chars)
 
 
 def test_a_cold_prompt_above_max_uncached_input_tokens_excludes_the_endpoint(tmp_path: Path) -> None:

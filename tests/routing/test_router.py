@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,7 +104,7 @@ def test_no_matching_endpoint_lists_reasons(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound):
         r.plan(chat(model="nope"), Preferences())
     with pytest.raises(InvalidRequest) as bad:
-        r.plan(replace(chat(), fallback_models=("nope",)), Preferences())
+        r.plan(chat()._replace(fallback_models=("nope",)), Preferences())
     assert bad.value.param == "models"
 
 
