@@ -67,9 +67,11 @@ class ChatRequest(NamedTuple):
     untranslatable: InvalidRequest | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Preferences:
-    """The routing options in force for one request, after body > headers > suffix > policy > default."""
+class Preferences(NamedTuple):
+    """The routing options in force for one request, after body > headers > suffix > policy > default.
+
+    (A tuple: part of the keys the router caches plans under, hashed and compared on every request;
+    a dataclass's are Python functions over its 18 fields, a tuple's are C.)"""
 
     policy_name: str = "default"
     speed: Speed | None = None
@@ -115,9 +117,9 @@ class Spill:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The endpoints to try, in order, and the ones left out with the reason."""
+class Plan(NamedTuple):
+    """The endpoints to try, in order, and the ones left out with the reason. (A tuple, as
+    `ChatRequest` is: made once per request before its upstream is called.)"""
 
     model: str  # the public model name asked for (after alias resolution)
     candidates: tuple[Candidate, ...]

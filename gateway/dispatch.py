@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import Endpoint
@@ -280,7 +280,7 @@ class Dispatcher:
                 if body.get(name) is not None:
                     body[name] = max_tokens
         continued = request._replace(body=body)
-        return await self.dispatch(continued, replace(plan, candidates=candidates))
+        return await self.dispatch(continued, plan._replace(candidates=candidates))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
                                 attempts: list[Attempt], budget_s: float,
