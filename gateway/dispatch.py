@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import Endpoint
@@ -287,9 +287,9 @@ class Dispatcher:
             for name in ("max_tokens", "max_completion_tokens"):
                 if body.get(name) is not None:
                     body[name] = max_tokens
-        continued = replace(request, body=body)
+        continued = request._replace(body=body)
         # Every candidate continues that answer: not a fallback model's own request, without the prefix.
-        return await self.dispatch(continued, replace(plan, candidates=candidates, model_requests=None))
+        return await self.dispatch(continued, plan._replace(candidates=candidates, model_requests=None))
 
     async def _attempt_endpoint(self, request: ChatRequest, endpoint: Endpoint, *,
                                 attempts: list[Attempt], budget_s: float,

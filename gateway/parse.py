@@ -34,6 +34,7 @@ HEADER_PREFIX = "x-ultraroute-"
 KNOWN_HEADERS = frozenset({"x-ultraroute-policy", "x-ultraroute-speed", "x-ultraroute-priority",
                            "x-ultraroute-metadata"})
 USAGE_FIELDS = frozenset({"include"})
+_OPENROUTER_FIELDS = frozenset({"route", "transforms", "usage"})  # held to their shapes: _check_openrouter_fields
 # OpenAI's message roles. Another role is refused here rather than by (or, worse, silently by) a provider.
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _ROLES = frozenset(ROLES)
@@ -46,12 +47,14 @@ def _too_large(size: str, max_bytes: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"Request body is {size} bytes; the limit is {max_bytes}.")
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, max_bytes: int, headers: Mapping[str, str] | None = None) -> bytes:
     """The request body, never buffering more than `max_bytes`: refused up front when the declared
     `content-length` is over, else as soon as the chunks read pass it (a chunked upload declares no
     length). What the client sends after that is discarded by the server, not held. A client that
-    hangs up before the body is whole: `ClientClosed` (a hang-up, not the gateway's failure)."""
-    declared = request.headers.get("content-length")
+    hangs up before the body is whole: `ClientClosed` (a hang-up, not the gateway's failure).
+    `headers`: the request's `header_map`, when the caller has it (Starlette's `request.headers`
+    is built for the one lookup otherwise)."""
+    declared = (request.headers if headers is None else headers).get("content-length")
     # The HTTP parser has already refused a malformed content-length; digits are all that is left.
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(declared[:32], max_bytes)
@@ -79,11 +82,16 @@ def header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(raw)}
 
 
-def _check_depth(body: dict[str, Any], max_depth: int) -> None:
+def _check_depth(raw: bytes, body: dict[str, Any], max_depth: int) -> None:
     """Refuse a body nested deeper than `max_depth` (the body object itself is level 1).
 
-    Level by level rather than recursively, so a hostile body cannot exhaust the Python stack, and
-    only containers are visited further: a typical chat body has four levels and a few dozen values."""
+    A body whose JSON text opens no more than `max_depth` objects and arrays cannot be nested deeper
+    (brackets inside strings only raise the count): two counts at C speed settle most requests.
+    Otherwise level by level rather than recursively, so a hostile body cannot exhaust the Python
+    stack, and only containers are visited further: a typical chat body has four levels and a few
+    dozen values."""
+    if raw.count(b"{") + raw.count(b"[") <= max_depth:
+        return
     level: list[Any] = [body]
     depth = 1
     while True:
@@ -116,12 +124,18 @@ def parse_json_body(raw: bytes, limits: GatewayFile) -> dict[str, Any]:
         raise InvalidRequest(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
-    _check_depth(body, limits.max_json_depth)
+    _check_depth(raw, body, limits.max_json_depth)
     return body
 
 
 def check_headers(headers: Mapping[str, str]) -> None:
-    # Prefix first: on the hot path most headers are not ours, and this is a few µs for ten of them.
+    # Prefix first: on the hot path most headers are not ours, and none is unknown: one plain loop,
+    # with the set and the sort only for a request that is refused.
+    for n in headers:
+        if n[:len(HEADER_PREFIX)].lower() == HEADER_PREFIX and n.lower() not in KNOWN_HEADERS:
+            break
+    else:
+        return
     ours = (n.lower() for n in headers if n[:len(HEADER_PREFIX)].lower() == HEADER_PREFIX)
     unknown = sorted({n[:64] for n in ours if n not in KNOWN_HEADERS})
     if unknown:
@@ -255,18 +269,27 @@ def chat_request_from(
     model = check_model(body)
     if prompt_chars is None:
         prompt_chars = _check_messages(body.get("messages"), limits.max_messages)
-    _check_optional(body, "stream", bool, "a boolean")
-    _check_optional(body, "stream_options", dict, "an object")
+    # (Each check only for a field the body has: most bodies have two or three of these.)
+    stream_raw = body.get("stream")
+    if stream_raw is not None:
+        _check_optional(body, "stream", bool, "a boolean")
+    stream_options = body.get("stream_options")
+    if stream_options is not None:
+        _check_optional(body, "stream_options", dict, "an object")
     for name in ("max_tokens", "max_completion_tokens", "n"):
         value = body.get(name)
+        if value is None:
+            continue
         if type(value) is float and value.is_integer():
             body[name] = int(value)  # 16.0 is an integer to JSON Schema; providers may not agree
         _check_optional(body, name, int, "an integer")
         if isinstance(body.get(name), int) and body[name] < 1:
             raise InvalidRequest(f"'{name}' must be >= 1.", param=name)
 
-    options = _provider_options(body.get("provider"))
-    _check_openrouter_fields(body)
+    provider = body.get("provider")
+    options = _provider_options(provider) if provider is not None else None
+    if not _OPENROUTER_FIELDS.isdisjoint(body):
+        _check_openrouter_fields(body)
     speed_raw = body.get("speed")
     speed: Speed | None = None
     if speed_raw is not None:
@@ -275,7 +298,8 @@ def chat_request_from(
         except ValueError:
             raise InvalidRequest("'speed' must be one of standard, fast, ultrafast.", param="speed") from None
     service_tier = body.get("service_tier")
-    forward = {k: v for k, v in body.items() if k not in GATEWAY_FIELDS}
+    forward = dict(body) if GATEWAY_FIELDS.isdisjoint(body) else \
+        {k: v for k, v in body.items() if k not in GATEWAY_FIELDS}
     if service_tier in FAST_SERVICE_TIERS:
         speed = speed or Speed.FAST
         del forward["service_tier"]
@@ -293,14 +317,13 @@ def chat_request_from(
     priority = headers.get("x-ultraroute-priority", "normal")
     if priority not in ("high", "normal", "low"):
         raise InvalidRequest("x-ultraroute-priority must be one of high, normal, low.", param="x-ultraroute-priority")
-    stream = bool(body.get("stream"))
-    stream_options = body.get("stream_options") or {}
+    stream = bool(stream_raw)
     return ChatRequest(
         request_id=request_id,
         body=forward,
         model=model,
         stream=stream,
-        include_usage=stream and bool(stream_options.get("include_usage")),
+        include_usage=stream and bool((stream_options or {}).get("include_usage")),
         prompt_chars=prompt_chars,
         fallback_models=tuple(fallback or ()),
         session_key=session,

@@ -77,14 +77,15 @@ def served_headers(ctx: RequestContext, served: Served) -> dict[str, str]:
         "x-request-id": ctx.request.request_id,
         "x-ultraroute-provider": endpoint.provider.name,
         "x-ultraroute-endpoint": endpoint.id,
-        "x-ultraroute-tier": endpoint.tier.value,
+        "x-ultraroute-tier": str(endpoint.tier),  # a StrEnum's str() is its value, without Enum's property
         "x-ultraroute-attempts": str(len(served.attempts) + 1),
     }
-    # Premium endpoints passed over by the plan (spills) or by health (skips), then the ones that failed.
-    spills = [(s.endpoint_id, s.reason) for s in ctx.plan.spills] if ctx.plan else []
-    skips = [(s.endpoint_id, s.reason) for s in served.skips]
-    hops = spills + skips + [(a.endpoint_id, a.reason) for a in served.attempts]
-    if hops:
+    # Premium endpoints passed over by the plan (spills) or by health (skips), then the ones that failed
+    # (on the way to a stream's first byte: nothing built for the common request that had none).
+    spills = ctx.plan.spills if ctx.plan else ()
+    if spills or served.skips or served.attempts:
+        hops = [(s.endpoint_id, s.reason) for s in spills] + [(s.endpoint_id, s.reason) for s in served.skips] \
+            + [(a.endpoint_id, a.reason) for a in served.attempts]
         path = "->".join([*(h[0] for h in hops), endpoint.id])
         headers["x-ultraroute-fallback"] = f"{path} ({','.join(h[1] for h in hops)})"
     dropped = dropped_for(ctx.request_for(endpoint), endpoint)
@@ -312,11 +313,26 @@ async def unless_disconnected(work: Coroutine[Any, Any, Response],
             watcher.cancel()
 
 
+# A stream's own headers, after the request's (`EventStream`): as Starlette would encode them.
+_EVENT_STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"content-type", b"text/event-stream; charset=utf-8")]
+
+
 class EventStream(StreamingResponse):
     """A `StreamingResponse` whose body is sent from the request's own task, abandoned (and so its
     upstream closed) when the client hangs up: `unless_disconnected` watches for that, as it does
     before the response starts. Starlette's own way -- an anyio task group per response, since
     uvicorn speaks ASGI 2.3 -- cost ~8% of a stream's CPU."""
+
+    def __init__(self, body: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+        # What `StreamingResponse(body, headers=headers, media_type="text/event-stream")` sets, with
+        # `cache-control: no-cache`; made here, on the way to the first token: Starlette's checks
+        # (an ABC isinstance, header scans) are for arguments that may be anything.
+        self.body_iterator = body
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers += _EVENT_STREAM_HEADERS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def body() -> Response:
@@ -396,7 +412,7 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
                                                       "choices": [], "ultraroute": metadata}))
                 trailer = metadata_event
             body = _relay_stream(serving, trailer)
-        return EventStream(body, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
+        return EventStream(body, headers)
     return await _answer_json(serving, api, headers, metadata)
 
 
@@ -444,7 +460,7 @@ async def plan_request(request: Request, services: Services, request_id: str, ap
     continues a stored conversation."""
     headers = header_map(request.scope["headers"])
     client = await services.access.authenticate(headers)
-    raw = await read_body(request, services.config.gateway.max_body_bytes)
+    raw = await read_body(request, services.config.gateway.max_body_bytes, headers)
     chat = api.parse(raw, headers, request_id, services.config.gateway)
     chat = await api.recall(chat, services, client)
     request.scope["state"]["model"] = chat.model  # for the access-log line, should the request fail

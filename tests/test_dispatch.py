@@ -272,7 +272,7 @@ async def test_usage_is_estimated_when_the_upstream_sends_none(catalogue: Catalo
 
 
 def test_a_field_kept_for_a_capability_reaches_only_endpoints_that_have_it(catalogue: Catalogue) -> None:
-    asked = replace(request(), body={**request().body, "reasoning_effort": "high"}, dropped=("tools.web_search",),
+    asked = request()._replace(body={**request().body, "reasoning_effort": "high"}, dropped=("tools.web_search",),
                     capability_fields=(("reasoning_effort", "reasoning", "thinking"),))
     reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
     plain = replace(catalogue.models["m"][0], capabilities=frozenset())
@@ -284,7 +284,7 @@ def test_a_field_kept_for_a_capability_reaches_only_endpoints_that_have_it(catal
 
 def test_a_message_field_kept_for_a_capability_is_removed_from_every_message(catalogue: Catalogue) -> None:
     turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes", "reasoning_content": "hmm"}]
-    asked = replace(request(), body={**request().body, "messages": turns},
+    asked = request()._replace(body={**request().body, "messages": turns},
                     capability_fields=(("messages.reasoning_content", "reasoning", "input.reasoning"),))
     reasons = replace(catalogue.models["m"][0], capabilities=frozenset({"reasoning"}))
     plain = replace(catalogue.models["m"][0], capabilities=frozenset())
@@ -293,7 +293,7 @@ def test_a_message_field_kept_for_a_capability_is_removed_from_every_message(cat
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yes"}]
     assert turns[1]["reasoning_content"] == "hmm"  # the request's own body is kept for the next endpoint
     assert dropped_for(asked, plain) == ("input.reasoning",)
-    also = replace(asked, dropped=("input.reasoning",))  # an item with nothing readable was dropped as well
+    also = asked._replace(dropped=("input.reasoning",))  # an item with nothing readable was dropped as well
     assert dropped_for(also, plain) == ("input.reasoning",)
 
 
@@ -349,7 +349,7 @@ async def test_a_fallback_model_is_sent_its_own_request_hedged_or_not(tmp_path: 
     path = tmp_path / "providers.yaml"
     path.write_text(FALLBACK_CATALOGUE)
     cat = load_catalogue(path, env={})[0]
-    own = replace(request(), body={**request().body, "max_tokens": 7})  # a `fallbacks` entry's max_tokens
+    own = request()._replace(body={**request().body, "max_tokens": 7})  # a `fallbacks` entry's max_tokens
     none = Figures(None, None, None, 0, 0, "none")
     plan = Plan(model="m", candidates=(Candidate(cat.models["m"][0], none, 0), Candidate(cat.models["f"][0], none, 0)),
                 model_requests={"f": own})

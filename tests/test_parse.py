@@ -145,6 +145,14 @@ def test_json_depth_cap() -> None:
     assert deep.value.status == 400 and deep.value.code == "json_too_deep"
 
 
+
+def test_json_depth_counts_levels_not_brackets() -> None:
+    # More brackets than the cap (siblings, and some inside a string) on three levels: accepted.
+    parse({"model": "m", "messages": MSG, "extra": [{} for _ in range(20)], "note": "[[[[{{{{"}, max_json_depth=4)
+    with pytest.raises(InvalidRequest):
+        parse({"model": "m", "messages": MSG, "extra": [[[{}]]]}, max_json_depth=4)
+
+
 def test_json_depth_default_allows_real_bodies() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "a": {"type": "array", "items": {"type": "object", "properties": {"b": {"type": "string"}}}}}}}}]

@@ -32,7 +32,6 @@ by messages_render.py. `count_tokens()` is `POST /v1/messages/count_tokens`'s es
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from gateway.apis import messages_content, messages_fallbacks
@@ -219,7 +218,7 @@ class MessagesApi(ClientApi):
                                     client_betas=headers.get("anthropic-beta"), untranslatable=translation.refusal)
         if fallbacks and any(len(f) > 1 for f in fallbacks):  # an entry with fields of its own: its model's request
             own = tuple(self._fallback(request, body, f, headers, limits) for f in fallbacks)
-            request = replace(request, fallbacks=own)
+            request = request._replace(fallbacks=own)
         return request
 
     def _fallback(self, request: ChatRequest, body: dict[str, Any], entry: dict[str, Any],
@@ -233,8 +232,8 @@ class MessagesApi(ClientApi):
         chat, translation, kept = translate(own, headers, max_messages=limits.max_messages)
         forward = chat_request_from(chat, headers, request.request_id, limits, api=self.name,
                                     prompt_chars=translation.chars)
-        return Fallback(entry["model"], speed, replace(
-            request, body=forward.body, dropped=translation.names(), capability_fields=kept, client_body=own,
+        return Fallback(entry["model"], speed, request._replace(
+            body=forward.body, dropped=translation.names(), capability_fields=kept, client_body=own,
             untranslatable=translation.refusal))
 
     def count_tokens(self, raw: bytes, headers: Mapping[str, str], request_id: str, limits: GatewayFile) -> ChatRequest:

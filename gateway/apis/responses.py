@@ -227,7 +227,7 @@ class ResponsesApi(ClientApi):
         call = replace(call, history=stored.messages)
         body = {**chat.body, "messages": chat_messages(call)}
         history_chars = sum(len(m["content"]) for m in stored.messages if isinstance(m.get("content"), str))
-        return replace(chat, body=body, origin=call, prompt_chars=chat.prompt_chars + history_chars)
+        return chat._replace(body=body, origin=call, prompt_chars=chat.prompt_chars + history_chars)
 
     def render_json(self, result: dict[str, Any], chat: ChatRequest) -> dict[str, Any]:
         return render_response(result, chat.origin)

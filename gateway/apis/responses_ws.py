@@ -35,7 +35,7 @@ import random
 import re
 import time
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -314,7 +314,7 @@ class Connection:
                 # OpenAI's code on a WebSocket: Codex then sends the whole conversation again.
                 err.code = "previous_response_not_found"
                 raise
-        ctx = replace(pipeline.prepare(chat, self.headers, services, client, admit=generate), transport=TRANSPORT)
+        ctx = pipeline.prepare(chat, self.headers, services, client, admit=generate)._replace(transport=TRANSPORT)
         if not generate:
             response_id, frames = warm_up_events(chat.origin)
             for payload in frames:

@@ -311,6 +311,8 @@ class Metrics:
 def count_fallback(metrics: Metrics, plan: Plan, served: Served) -> None:
     """From `_serve`: a request not served by the endpoint it planned on first counts one fallback,
     from the tier of the first endpoint passed over (spilled, skipped or failed), for its reason."""
+    if not (plan.spills or served.skips or served.attempts):
+        return  # served as planned: most requests, on their way to the first token
     hops = [(metrics.tier_of(f"{plan.model}/{s.endpoint_id}"), s.reason) for s in plan.spills]
     hops += [(s.tier, s.reason) for s in served.skips] + [(a.tier, a.reason) for a in served.attempts]
     if hops:

@@ -208,7 +208,7 @@ class Router:
             model = self.resolve_model(entry.model, "models")
             if model in models:
                 continue
-            entry_prefs = prefs if entry.speed is None else replace(prefs, speed=entry.speed)
+            entry_prefs = prefs if entry.speed is None else prefs._replace(speed=entry.speed)
             if entry.request is not None:
                 own[model] = entry.request
             models[model] = (entry_prefs, shape if entry.request is None else request_shape(entry.request))

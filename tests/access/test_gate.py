@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,7 +71,7 @@ async def test_authorize_models_aliases_and_fallbacks(tmp_path: Path) -> None:
         access.authorize(key, chat("other"))
     assert err.value.status == 403 and err.value.code == "model_not_allowed" and err.value.param == "model"
     with pytest.raises(PermissionDenied) as err:
-        access.authorize(key, replace(chat("m"), fallback_models=("other",)))
+        access.authorize(key, chat("m")._replace(fallback_models=("other",)))
     assert err.value.param == "models"
 
 

@@ -42,8 +42,7 @@ def test_data_collection_deny(tmp_path: Path) -> None:
 
 
 def sized(chars: int) -> ChatRequest:
-    from dataclasses import replace
-    return replace(chat(), prompt_chars=chars)
+    return chat()._replace(prompt_chars=chars)
 
 
 def test_a_cold_prompt_above_max_uncached_input_tokens_excludes_the_endpoint(tmp_path: Path) -> None:
@@ -58,12 +57,11 @@ def test_a_cold_prompt_above_max_uncached_input_tokens_excludes_the_endpoint(tmp
 
 def test_a_warm_turn_on_an_endpoint_with_max_uncached_input_tokens_is_judged_by_what_its_cache_leaves(
         tmp_path: Path) -> None:
-    from dataclasses import replace
 
     from tests.routing.helpers import router
     cat = catalogue(tmp_path, [endpoint("fast", max_uncached_input_tokens=8192), endpoint("std")])
     r, _ = router(cat)
-    turn = replace(chat(session_id="agent"), prompt_chars=4 * 12_000)  # ~12k tokens: too large cold
+    turn = chat(session_id="agent")._replace(prompt_chars=4 * 12_000)  # ~12k tokens: too large cold
     plan = r.plan(turn, Preferences())
     assert [c.endpoint.id for c in plan.candidates] == ["std/standard"]
     r.sessions.remember("agent", "m/fast/standard", 11_000)  # fast holds 11k of it: ~1k uncached

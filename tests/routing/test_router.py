@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,7 +106,7 @@ def test_no_matching_endpoint_lists_reasons(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound):
         r.plan(chat(model="nope"), Preferences())
     with pytest.raises(InvalidRequest) as bad:
-        r.plan(replace(chat(), fallback_models=("nope",)), Preferences())
+        r.plan(chat()._replace(fallback_models=("nope",)), Preferences())
     assert bad.value.param == "models"
 
 
@@ -303,16 +302,16 @@ def test_a_fallbacks_entry_ranks_its_model_for_its_own_speed_and_request(tmp_pat
                          "endpoints": [endpoint("std"), endpoint("quick", "fast", max_output_tokens=10)]}}}))
     cat = load_catalogue(path, env={})[0]
     r, _ = router(cat)
-    asked = replace(chat(max_tokens=100), fallback_models=("eff",))
+    asked = chat(max_tokens=100)._replace(fallback_models=("eff",))
 
     def plan(*entries: Fallback, prefs: Preferences | None = None) -> tuple[list[str], Plan]:
-        p = r.plan(replace(asked, fallbacks=entries), prefs or Preferences())
+        p = r.plan(asked._replace(fallbacks=entries), prefs or Preferences())
         return [e.id for e in p.endpoints], p
 
     assert plan()[0] == ["a/standard", "std/standard"]  # the request's own speed: standard
     # `speed: fast` for f only (m has no fast tier): fast first -- but max_tokens 100 is more than it gives.
     assert plan(Fallback("eff", Speed.FAST))[0] == ["a/standard", "std/standard"]
-    short = replace(asked, body={**asked.body, "max_tokens": 7})
+    short = asked._replace(body={**asked.body, "max_tokens": 7})
     ids, planned = plan(Fallback("eff", Speed.FAST, short))
     assert ids == ["a/standard", "quick/fast", "std/standard"]  # its own max_tokens: the fast tier fits
     assert planned.model_requests == {"f": short}  # by the model's name, not the alias

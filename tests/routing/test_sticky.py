@@ -4,7 +4,6 @@ holder's extra queueing costs, and moves otherwise (sticky.py, stay.py, the rout
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,7 @@ def measured(r: Router, store: MemoryStore, key: str) -> None:
 
 def agent_turn(session: str, prompt_tokens: int, previous: int, r: Router, holder: str) -> tuple[str, tuple[str, ...]]:
     r.sessions.remember(session, holder, previous)
-    request = replace(chat(session_id=session, max_tokens=200), prompt_chars=4 * prompt_tokens)
+    request = chat(session_id=session, max_tokens=200)._replace(prompt_chars=4 * prompt_tokens)
     c = r.plan(request, Preferences(sort=Sort.E2E)).candidates[0]
     return c.endpoint.id, c.notes
 
@@ -77,7 +76,7 @@ def test_a_holder_that_fails_is_left(tmp_path: Path) -> None:
     cat = catalogue(tmp_path, [endpoint("a", price=PRICE), endpoint("b", price=PRICE)])
     r, _ = router(cat)
     r.sessions.remember("s", "m/a/standard", 40_000)
-    request = replace(chat(session_id="s"), prompt_chars=4 * 41_000)
+    request = chat(session_id="s")._replace(prompt_chars=4 * 41_000)
     assert r.plan(request, Preferences()).candidates[0].endpoint.id == "a/standard"
     excluded = Preferences(ignore=("a",))  # as when health keeps it out of the plan
     assert r.plan(request, excluded).candidates[0].endpoint.id == "b/standard"
@@ -107,7 +106,7 @@ def test_every_sort_keeps_an_idle_holder(tmp_path: Path, sort: Sort | None) -> N
     for key in ("m/a/standard", "m/b/standard"):
         measured(r, store, key)
     r.sessions.remember("s", "m/b/standard", 30_000)
-    request = replace(chat(session_id="s", max_tokens=100), prompt_chars=4 * 31_000)
+    request = chat(session_id="s", max_tokens=100)._replace(prompt_chars=4 * 31_000)
     c = r.plan(request, Preferences(sort=sort)).candidates[0]
     assert c.endpoint.id == "b/standard" and c.notes[0] == "sticky", c.notes
 
@@ -119,7 +118,7 @@ def test_an_agent_prompt_goes_where_its_cache_will_serve_the_next_turn(tmp_path:
     r, store = router(cat)
     for key in ("m/caches/standard", "m/cold/standard"):
         measured(r, store, key)
-    request = replace(chat(max_tokens=200), prompt_chars=4 * 20_000)
+    request = chat(max_tokens=200)._replace(prompt_chars=4 * 20_000)
     for sort in (None, Sort.E2E):
         assert {r.plan(request, Preferences(sort=sort)).candidates[0].endpoint.id for _ in range(30)} == \
             {"caches/standard"}
@@ -138,6 +137,6 @@ def test_a_turn_detoured_off_its_cache_holder_goes_back_to_that_cache(tmp_path: 
     r.sessions.remember("s", "m/a/standard", 40_000)
     r.sessions.remember("s", "m/b/standard", 41_000)
     assert [h.endpoint_key for h in r.sessions.holders("s")] == ["m/b/standard", "m/a/standard"]
-    request = replace(chat(session_id="s", max_tokens=200), prompt_chars=4 * 42_000)
+    request = chat(session_id="s", max_tokens=200)._replace(prompt_chars=4 * 42_000)
     c = r.plan(request, Preferences(sort=Sort.E2E)).candidates[0]
     assert c.endpoint.id == "a/standard" and c.notes[0] == "sticky" and c.notes[1].startswith("stays: cache saves ~10.")
