@@ -45,7 +45,10 @@ def cluster_redis() -> Iterator[ClusterRedis]:
     yield from running(ClusterRedis())
 
 
-@pytest.fixture(scope="session", params=["server", "cluster"])
+# Module scope (the servers behind it are the session's): a session-scoped parameter would make pytest
+# run every module's `server` tests, then every module's `cluster` ones, setting up each module's own
+# simulator and gateway fixtures again each time it comes back to the module.
+@pytest.fixture(scope="module", params=["server", "cluster"])
 def redis_url(request: pytest.FixtureRequest) -> str:
     """A REDIS_URL: one server, then a Redis Cluster (`redis+cluster://...`)."""
     if request.param == "cluster":

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +137,11 @@ class GatewayProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, tries: int = 3) -> GatewayProcess:
-        try:
-            return self._start()
-        except RuntimeError as err:
-            # free_port() can race with another process taking the port; pick another one.
-            if tries <= 1 or "address already in use" not in str(err):
-                raise
-            self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
-            self.base_url = f"{self.url}/v1"
-            return self.start(tries - 1)
+        self.launch()
+        return self.ready(tries)
 
-    def _start(self) -> GatewayProcess:
+    def launch(self) -> None:
+        """Start the process without waiting for it: `ready()` waits (see `together()`)."""
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config),
                 "--port", str(self.port), "--log-level", self.log_level]
         if self.policies_flag:
@@ -160,15 +153,25 @@ class GatewayProcess:
         args += self.serve_args
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, cwd=self.cwd, stdout=log, stderr=log)
+
+    def ready(self, tries: int = 3) -> GatewayProcess:
+        """Wait for the launched process's `/healthz`; stopped again if it fails to start."""
+        assert self.proc is not None, "not launched"
         # Generous: a start takes ~2 s on an idle machine, but over 20 s on a 2-core one that other test
         # runs keep busy (main's own gateway too), and N workers import and start side by side.
         timeout_s = 60 if self.workers == 1 else 90
         try:
             wait_ready(self.proc, f"{self.url}/healthz", timeout_s, "gateway",
                        lambda: self.log_path.read_text()[-2000:])
-        except BaseException:
+        except BaseException as err:
             self.stop()  # `with` never reaches __exit__ when start fails: don't leave the process behind
-            raise
+            # free_port() can race with another process taking the port; pick another one.
+            if not isinstance(err, RuntimeError) or tries <= 1 or "address already in use" not in str(err):
+                raise
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.base_url = f"{self.url}/v1"
+            return self.start(tries - 1)
         return self
 
     def stop(self) -> None:
@@ -195,3 +198,16 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def together(*gateways: GatewayProcess) -> Iterator[None]:
+    """`with together(a, b):` -- replicas started side by side (on two cores their start-ups overlap
+    instead of queueing: a start is mostly imports) and all stopped on leaving, as `with a, b:` does."""
+    with contextlib.ExitStack() as stack:
+        for gw in gateways:
+            stack.callback(gw.stop)
+            gw.launch()
+        for gw in gateways:
+            gw.ready()
+        yield

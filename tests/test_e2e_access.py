@@ -15,7 +15,7 @@ import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.conftest import PrivateRedis
-from tests.harness import ROOT, GatewayProcess, catalogue_for
+from tests.harness import ROOT, GatewayProcess, catalogue_for, together
 
 ADMIN_KEY = "admin-" + "x" * 30
 PROFILE = {"ttft_ms": 5, "ttft_jitter": 0, "tokens_per_second": 2000, "output_tokens": 8}
@@ -183,7 +183,7 @@ def test_limits_and_budgets_are_shared_by_replicas(sim: SimProcess, redis_url: s
     a = GatewayProcess(cat, env=env, open_access=False)
     b = GatewayProcess(cat, env=env, open_access=False)
     limited = a.create_key("--rpm", "4")
-    with a, b:
+    with together(a, b):
         # A key created on replica A through the admin API works on B at once.
         created = httpx.post(f"{a.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
                              json={"name": "budget", "budget_usd": 0.000001})
@@ -251,7 +251,7 @@ def test_a_revoked_key_stops_on_every_replica_within_keys_refresh_s(sim: SimProc
     a = GatewayProcess(cat, env=env, open_access=False)
     b = GatewayProcess(cat, env=env, open_access=False)
     a.create_key()  # a replica needs a key in the store to start
-    with a, b:
+    with together(a, b):
         created = httpx.post(f"{a.url}/admin/keys", headers=admin, json={"name": "short-lived"}).json()
         # New on A, known to B within one poll or one miss reload (B's start-up load may be under
         # `miss_refresh_s` (0.5 s) old, so "at once" is not promised); 1 s more for a busy machine.
@@ -268,7 +268,7 @@ def test_limits_sharing_resumes_after_redis_returns(sim: SimProcess, private_red
     a = GatewayProcess(cat, env=env, open_access=False)
     b = GatewayProcess(cat, env=env, open_access=False)
     a.create_key()
-    with a, b:
+    with together(a, b):
         private_redis.stop()
         time.sleep(0.5)  # both replicas find Redis gone
         private_redis.start()  # empty: keys and counters from before are gone with it

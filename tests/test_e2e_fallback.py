@@ -81,13 +81,32 @@ def gateway(sim: SimProcess) -> Iterator[GatewayProcess]:
         yield process
 
 
+def unhealthy_signs(gateway: GatewayProcess) -> tuple[float, float]:
+    """What could leave model m's shared endpoints (fast, std) open or cooling down: its attempts that
+    did not end ok so far, and its circuits open now (an SLO demotion opens one after ok answers)."""
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    not_ok = metric_value(text, "ultraroute_requests_total", model="m") - \
+        metric_value(text, "ultraroute_requests_total", model="m", status="ok")
+    return not_ok, metric_value(text, "ultraroute_endpoint_circuit_open", model="m")
+
+
+@pytest.fixture(scope="module")
+def not_ok_seen() -> list[float]:
+    """m's attempts that had not ended ok when the last test began (one number, updated by `healthy`)."""
+    return [0.0]
+
+
 @pytest.fixture(autouse=True)
-def healthy(sim: SimProcess, gateway: GatewayProcess) -> Iterator[None]:
+def healthy(sim: SimProcess, gateway: GatewayProcess, not_ok_seen: list[float]) -> Iterator[None]:
     sim.patch("fast", faults=NO_FAULTS, ttft_ms=80, retry_after_s=1.0)
     sim.patch("std", faults=NO_FAULTS)
-    time.sleep(2.2)  # any circuit opened by the previous test is ready for its probe
+    not_ok, open_circuits = unhealthy_signs(gateway)
+    if not_ok > not_ok_seen[0] or open_circuits:
+        time.sleep(2.2)  # any circuit opened by the previous test is ready for its probe
+    # (Otherwise none of m's attempts failed and none of its circuits opened since: nothing to wait out.)
     # One good request through the fast tier closes a half-open circuit from the previous test.
     httpx.post(f"{gateway.base_url}/chat/completions", json=FAST, timeout=10)
+    not_ok_seen[0] = unhealthy_signs(gateway)[0]
     sim.reset()
     yield
 
@@ -184,7 +203,9 @@ def test_no_fallbacks_passes_the_upstream_error_on(gateway: GatewayProcess, sim:
 def test_breaker_skips_then_half_open_probe_restores(gateway: GatewayProcess, sim: SimProcess) -> None:
     # An endpoint of its own, failing from its first request: "fast" has served every earlier test
     # here, so it mostly works and a 503 of it would be tried there once more (retry.py).
-    body = {**FAST, "model": "breaker"}
+    # Two tokens: the five skipped requests below fit in the 2 s the circuit stays open, even on a busy
+    # machine (twenty at std's 100 tok/s took long enough for the last to be the half-open probe).
+    body = {**FAST, "model": "breaker", "max_tokens": 2}
     sim.patch("brk", faults={"error_rate": 1.0, "error_status": 503})
     for _ in range(3):
         r = post(gateway, body)

@@ -8,13 +8,23 @@ import uuid
 import httpx
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import GatewayProcess, catalogue_for, together
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "speed": "fast"}
 
 
 def post(gw: GatewayProcess) -> httpx.Response:
     return httpx.post(f"{gw.base_url}/chat/completions", json=BODY, timeout=10)
+
+
+def wait_demoted(gw: GatewayProcess, reason: str) -> None:
+    """Until `gw` keeps `fast` out for `reason` (its `/v1/route` says so, taking no probe's turn): what the
+    other replica noted has reached it through Redis."""
+    deadline = time.monotonic() + 10
+    while {"endpoint": "fast", "reason": reason} not in (
+            demoted := httpx.post(f"{gw.base_url}/route", json=BODY, timeout=10).json()["demoted"]):
+        assert time.monotonic() < deadline, demoted
+        time.sleep(0.05)
 
 
 def test_breaker_and_cooldown_are_shared(redis_url: str) -> None:
@@ -26,14 +36,15 @@ def test_breaker_and_cooldown_are_shared(redis_url: str) -> None:
                                            "redis_key_prefix": f"share-{uuid.uuid4().hex[:8]}"})
         catalogue["health"] = {"probe": False}  # requests are counted: no background probes
         env = {"REDIS_URL": redis_url}
-        with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
+        a, b = GatewayProcess(catalogue, env=env), GatewayProcess(catalogue, env=env)
+        with together(a, b):
             sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
             for _ in range(3):  # served by std; A's breaker for fast opens
                 r = post(a)
                 assert r.status_code == 200 and r.headers["x-ultraroute-endpoint"] == "std"
                 assert r.headers["x-ultraroute-fallback"] == "fast->std (upstream_5xx)"
                 assert r.headers["x-ultraroute-attempts"] == "2"
-            time.sleep(1.0)
+            wait_demoted(b, "circuit_open")
             tried = sim.stats("fast")["requests"]
             r = post(b)
             assert r.headers["x-ultraroute-fallback"] == "fast->std (circuit_open)"
@@ -44,9 +55,10 @@ def test_breaker_and_cooldown_are_shared(redis_url: str) -> None:
         catalogue = catalogue_for(sim, {"m": [{"sim": "fast", "id": "fast", "tier": "fast"},
                                               {"sim": "std", "id": "std"}]},
                                   gateway={"redis_key_prefix": f"share-{uuid.uuid4().hex[:8]}"})
-        with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
+        a, b = GatewayProcess(catalogue, env=env), GatewayProcess(catalogue, env=env)
+        with together(a, b):
             sim.patch("fast", capacity=0, retry_after_s=20)  # 429 with retry-after: 20 s
             assert post(a).headers["x-ultraroute-fallback"] == "fast->std (rate_limited)"
-            time.sleep(1.0)
+            wait_demoted(b, "cooldown")
             assert post(b).headers["x-ultraroute-fallback"] == "fast->std (cooldown)"
             assert sim.stats("fast")["requests"] == 1

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from gateway.simulator.testing import SimProcess, make_sim_config
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import GatewayProcess, catalogue_for, together
 
 USER = [{"role": "user", "content": "Write a unit test."}]
 PROFILE = {"ttft_ms": 20, "ttft_jitter": 0, "tokens_per_second": 1000, "output_tokens": 5}
@@ -129,7 +129,8 @@ def test_open_circuit_is_probed_one_at_a_time_and_recovers_within_seconds(server
         # test_health_probe.py and test_health_share.py; this test is about time and costs ~25 s a run.
         env = {"REDIS_URL": server_redis_url}
         body = {"model": "m", "messages": USER, "speed": "fast"}
-        with GatewayProcess(catalogue, env=env) as a, GatewayProcess(catalogue, env=env) as b:
+        a, b = GatewayProcess(catalogue, env=env), GatewayProcess(catalogue, env=env)
+        with together(a, b):
             sim.patch("down", faults={"hang_rate": 1.0})
             down_at = time.monotonic()
             opened: set[str] = set()

@@ -21,7 +21,7 @@ import redis
 
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.conftest import PrivateRedis
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import GatewayProcess, catalogue_for, together
 from tests.test_e2e_routing import burst, served
 
 USER = [{"role": "user", "content": "Explain this stack trace."}]
@@ -111,7 +111,7 @@ def wait_until(predicate: Any, timeout: float) -> float:
 
 def test_replica_b_sees_traffic_sent_only_through_a(sim: SimProcess, redis_url: str) -> None:
     a, b = two_replicas(sim, redis_url, f"test-{uuid.uuid4().hex[:8]}")
-    with a, b:
+    with together(a, b):
         body = {"model": "m", "messages": USER}
         served(asyncio.run(burst(a.base_url, [body] * 30, 5)))
         took = wait_until(lambda: endpoints_view(b)["quick"]["stats"]["requests"] == 30, timeout=10)
@@ -141,7 +141,7 @@ def test_redis_restart_loses_no_request_and_sharing_resumes(sim: SimProcess,
         except Exception as exc:  # any failure, reported by the main thread
             failures.append(repr(exc))
 
-    with a, b:
+    with together(a, b):
         thread = threading.Thread(target=traffic)
         thread.start()
         try:

@@ -15,7 +15,7 @@ import redis
 from gateway.simulator.testing import SimProcess, make_sim_config
 from tests.apis.conftest import last_request
 from tests.conftest import PrivateRedis
-from tests.harness import GatewayProcess, catalogue_for
+from tests.harness import GatewayProcess, catalogue_for, together
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_three_turns_across_replicas_a_restart_and_keys(sim: SimProcess, redis_u
     env = {"REDIS_URL": redis_url}
     first, second = (GatewayProcess(catalogue, env=env, open_access=False) for _ in range(2))
     key, other = first.create_key(), first.create_key()
-    with first, second:
+    with together(first, second):
         on_first = openai.OpenAI(base_url=first.base_url, api_key=key, max_retries=0)
         one = on_first.responses.create(model="m", input="First question", store=True)
         two = on_first.responses.create(model="m", input="Second question", previous_response_id=one.id, store=True)
