@@ -278,6 +278,11 @@ def test_limits_sharing_resumes_after_redis_returns(sim: SimProcess, private_red
             assert time.monotonic() - start < 10, created.text
             time.sleep(0.1)
         key = created.json()["key"]
+        for replica in (a, b):  # a replica that saw the outage shares counts again once it says so
+            while "usage sharing: Redis unreachable" in (logs := replica.logs()) and \
+                    "usage sharing: Redis reachable again" not in logs:
+                assert time.monotonic() - start < 20, logs[-2000:]
+                time.sleep(0.1)
         for _ in range(3):
             assert post(a, key).status_code == 200
         time.sleep(1.0)  # ten sync intervals

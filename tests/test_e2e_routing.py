@@ -161,6 +161,14 @@ def test_route_explains_without_calling_upstream(gateway: GatewayProcess, sim: S
     assert meta["ultraroute"]["served"] == expected and meta["ultraroute"]["attempts"] == []
 
 
+def wait_until_none_demoted(gateway: GatewayProcess, body: dict[str, Any], timeout_s: float = 30.0) -> None:
+    """Until the plan for `body` keeps no endpoint out for its health (`/v1/route`'s `demoted`)."""
+    deadline = time.monotonic() + timeout_s
+    while demoted := httpx.post(f"{gateway.base_url}/route", json=body, timeout=10).json()["demoted"]:
+        assert time.monotonic() < deadline, demoted
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("naming", ["session_id", "x-session-id", "prompt_cache_key"])
 def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim: SimProcess, naming: str) -> None:
     """A conversation named by `session_id`, the `x-session-id` header or `prompt_cache_key` sticks to
@@ -169,6 +177,9 @@ def test_sticky_sessions_hold_then_move_on_failure(gateway: GatewayProcess, sim:
     client = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
     session = f"agent-{naming}"
     options: dict[str, Any] = {"provider": {"only": ["std", "eu"]}}
+    # The previous case failed its home; the other endpoint must be back (no circuit open, no cool-down)
+    # before this one's home fails, or there is nothing to move to.
+    wait_until_none_demoted(gateway, {"model": "flash", "messages": USER, **options})
     headers = {}
     if naming == "x-session-id":
         headers[naming] = session

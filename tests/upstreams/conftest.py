@@ -41,6 +41,8 @@ def sim() -> Iterator[SimProcess]:
     profiles = {"claude": {**PROFILE, "reasoning_tokens": 3}, "claude-fast": PROFILE, "gpt": PROFILE,
                 "open": {**PROFILE, "tokens_per_second": 300},
                 "claude-limited": {**PROFILE, "requests_per_minute": 2}, "claude-down": PROFILE,
+                # Made to fail by test_fallbacks.py: its own, so the package's other tests never see its circuit open.
+                "claude-fails": PROFILE,
                 "claude-paced": {**PROFILE, "requests_per_minute": 4, "tokens_per_minute": 100_000},
                 "open-paced": {**PROFILE, "requests_per_minute": 4, "tokens_per_minute": 100_000}}
     with SimProcess(make_sim_config(profiles)) as process:
@@ -51,6 +53,7 @@ def sim() -> Iterator[SimProcess]:
 def gw(sim: SimProcess) -> Iterator[GatewayProcess]:
     catalogue = catalogue_for(sim, {
         "a": [{"sim": "claude", "api": "anthropic", "model": "claude-sonnet-4-6"}],
+        "af": [{"sim": "claude-fails", "api": "anthropic", "model": "claude-sonnet-4-6"}],
         "r": [{"sim": "gpt", "api": "openai-responses", "model": "gpt-5", "price": {"input": 1.25, "output": 10.0}}],
         # OpenAI's priority tier of the same provider and model: "r" above is its default tier.
         "p": [{"sim": "gpt", "api": "openai-responses", "model": "gpt-5", "id": "gpt-priority", "tier": "fast",
