@@ -216,19 +216,6 @@ class Serving:
         return finish(self.services, self.ctx, self.served, failure, cancelled, final, self.earlier, self.broke)
 
 
-async def _relay_stream(serving: Serving, trailer: bytes | None) -> AsyncIterator[bytes]:
-    cancelled = True
-    try:
-        stream = serving.served.stream
-        async for data in sse_body(stream, stream.endpoint.model, serving.ctx.request.include_usage, trailer,
-                                   serving.resume):
-            yield data
-        cancelled = False
-    finally:
-        # Also when the client disconnects: Starlette cancels us.
-        await serving.close(serving.served.stream.failure, cancelled)
-
-
 def estimated_usage(stream: UpstreamStream, batches: ChunkBatches) -> list[dict[str, Any]]:
     """The usage chunk the upstream did not send, for a stream renderer: the estimate the key is
     charged (`Meter.settle_usage`), so that every API's last event carries the usage billed, as chat's
@@ -411,7 +398,11 @@ async def _serve(ctx: RequestContext, services: Services, api: ClientApi) -> Res
                     return encode_event(orjson.dumps({"object": "chat.completion.chunk", "model": endpoint.model,
                                                       "choices": [], "ultraroute": metadata}))
                 trailer = metadata_event
-            body = _relay_stream(serving, trailer)
+
+            def close(cancelled: bool) -> Awaitable[AttemptSample | None]:
+                # Also when the client disconnects: Starlette cancels the body.
+                return serving.close(serving.served.stream.failure, cancelled)
+            body = sse_body(served.stream, endpoint.model, chat.include_usage, trailer, serving.resume, close)
         return EventStream(body, headers)
     return await _answer_json(serving, api, headers, metadata)
 

@@ -125,36 +125,46 @@ class ChunkBatches:
 
 async def sse_body(
     stream: UpstreamStream, model: str, include_usage: bool, trailer: Callable[[], bytes] | None = None,
-    resume: Resume | None = None,
+    resume: Resume | None = None, close: Callable[[bool], Awaitable[object]] | None = None,
 ) -> AsyncIterator[bytes]:
     """Client-facing SSE bytes, one write per upstream read. Ends with `[DONE]` (after `trailer()`, an
     extra event such as the gateway's metadata, built when the stream has ended) or with an `error`
-    event."""
+    event. `close(cut_short)` is awaited once the body has ended, also when it did not reach its end
+    (`cut_short`: the client left, or the body was closed early): the pipeline records the attempt
+    there. One generator from the upstream's batches to the client's writes: a generator wrapping
+    this one cost each write (the first token's too) another resumption."""
     public = PublicModel(model)
     batches = ChunkBatches(stream, resume)
+    ended = False
     try:
-        async for events in batches:
-            out = []
-            for payload, chunk in events:
-                if not include_usage and "usage" in chunk:
-                    if not chunk.get("choices"):
-                        continue  # the usage-only chunk the gateway asked for, not the client
-                    out.append(public.without_usage(payload, chunk))
-                else:
-                    out.append(public(payload, chunk))
-            if out:
-                yield b"data: " + b"\n\ndata: ".join(out) + b"\n\n"
-    except GatewayError as err:
-        # Bytes have already reached the client: no failover now, and no fake clean finish either.
-        yield error_event(err)
-        return
-    final = batches.stream  # after a continuation, not the stream it began on
-    if include_usage and final.meter.usage_estimated:  # the usage chunk the upstream did not send
-        last = batches.last
-        yield encode_event(orjson.dumps({"id": last.get("id", ""), "object": "chat.completion.chunk",
-                                         "created": last.get("created", 0), "model": model, "choices": [],
-                                         "usage": batches.client_usage(final.meter.usage)}))
-    yield trailer() + DONE_EVENT if trailer else DONE_EVENT
+        try:
+            async for events in batches:
+                out = []
+                for payload, chunk in events:
+                    if not include_usage and "usage" in chunk:
+                        if not chunk.get("choices"):
+                            continue  # the usage-only chunk the gateway asked for, not the client
+                        out.append(public.without_usage(payload, chunk))
+                    else:
+                        out.append(public(payload, chunk))
+                if out:
+                    yield b"data: " + b"\n\ndata: ".join(out) + b"\n\n"
+        except GatewayError as err:
+            # Bytes have already reached the client: no failover now, and no fake clean finish either.
+            yield error_event(err)
+            ended = True
+            return
+        final = batches.stream  # after a continuation, not the stream it began on
+        if include_usage and final.meter.usage_estimated:  # the usage chunk the upstream did not send
+            last = batches.last
+            yield encode_event(orjson.dumps({"id": last.get("id", ""), "object": "chat.completion.chunk",
+                                             "created": last.get("created", 0), "model": model, "choices": [],
+                                             "usage": batches.client_usage(final.meter.usage)}))
+        yield trailer() + DONE_EVENT if trailer else DONE_EVENT
+        ended = True
+    finally:
+        if close is not None:
+            await close(not ended)
 
 
 _NULL_USAGE = b',"usage":null'

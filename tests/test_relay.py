@@ -1,5 +1,6 @@
 """`relay.PublicModel`: the provider's chunk bytes passed on with only `model` changed, and the same
-JSON as re-encoding the chunk would give whenever the bytes cannot be patched safely."""
+JSON as re-encoding the chunk would give whenever the bytes cannot be patched safely; `relay.sse_body`
+closes the attempt when the body ends."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 
 import orjson
 
-from gateway.relay import PublicModel
+from gateway.errors import GatewayError, UpstreamError
+from gateway.relay import PublicModel, sse_body
+from gateway.upstreams.sse import DONE_EVENT
+from gateway.upstreams.stream import Meter
 
 
 def chunk(**fields: Any) -> tuple[bytes, dict[str, Any]]:
@@ -56,3 +60,41 @@ def test_usage_is_taken_out_when_the_client_did_not_ask() -> None:
     with_usage = b'{"id":"c1","model":"up","choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":3}}'
     assert orjson.loads(public.without_usage(with_usage, orjson.loads(with_usage))) == {
         "id": "c1", "model": "public", "choices": [{"index": 0, "delta": {}}]}
+
+
+class Batches:
+    """An upstream stream as `sse_body` reads it: these batches of events, then its end (or `failure`)."""
+
+    def __init__(self, *batches: list[tuple[bytes, dict[str, Any]]], failure: GatewayError | None = None) -> None:
+        self.batches = list(batches)
+        self.meter = Meter(t_sent=0.0)
+        self.answer: list[str] = []
+        self.failure: GatewayError | None = None
+        self.breaks = failure
+
+    async def next_batch(self) -> list[tuple[bytes, dict[str, Any]]] | None:
+        if self.batches:
+            return self.batches.pop(0)
+        if self.breaks is not None:
+            raise self.breaks
+        return None
+
+
+async def test_the_body_closes_the_attempt_once_it_ends_and_says_if_it_was_cut_short() -> None:
+    closed: list[bool] = []
+
+    async def close(cut_short: bool) -> None:
+        closed.append(cut_short)
+
+    whole = [part async for part in sse_body(Batches([chunk(model="up")]), "public", False, close=close)]  # type: ignore[arg-type]
+    assert whole[-1] == DONE_EVENT and closed == [False]
+
+    broken = Batches([chunk(model="up")], failure=UpstreamError("gone", status=502))
+    parts = [part async for part in sse_body(broken, "public", False, close=close)]  # type: ignore[arg-type]
+    assert b"error" in parts[-1] and closed == [False, False]  # ended with its error event, not cut short
+
+    body = sse_body(Batches([chunk(model="up")], [chunk(model="up")]), "public", False, close=close)  # type: ignore[arg-type]
+    first = await anext(body)
+    assert b'"model":"public"' in first and closed == [False, False]  # the first write waits for nothing
+    await body.aclose()  # the client left
+    assert closed == [False, False, True]
