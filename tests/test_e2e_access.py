@@ -191,8 +191,19 @@ def test_limits_and_budgets_are_shared_by_replicas(sim: SimProcess, redis_url: s
         for _ in range(4):
             assert post(a, limited).status_code == 200
         assert post(a, budgeted).status_code == 200
-        time.sleep(0.6)  # a few sync intervals
-        over = post(b, limited)
+        # A's counts reach Redis at its next sync (every 0.1 s; seconds later on a busy machine). Its spend
+        # is charged after its last request: once Redis holds that, it holds the 4 requests too.
+        spend_url = f"{b.url}/admin/keys/{created.json()['id']}/spend"
+        started = time.monotonic()
+        while httpx.get(spend_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}).json()["spend_usd"] == 0:
+            assert time.monotonic() - started < 10, "A's spend never reached Redis"
+            time.sleep(0.05)
+        # B reads them back at its own next sync; until then it admits on its own count, which stays under
+        # the limit for 3 requests: a refusal within 4 is B counting A's requests.
+        for _ in range(4):
+            if (over := post(b, limited)).status_code == 429:
+                break
+            time.sleep(0.3)
         assert over.status_code == 429 and error(over)["code"] == "rate_limit_exceeded"
         assert "retry-after" in over.headers
         spent = post(b, budgeted)

@@ -10,6 +10,7 @@ aiohttp's stock classes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -42,12 +43,20 @@ def aiohttp_bounds() -> tuple[str, str]:
 def aiohttp_at(version: str) -> Path:
     """A directory holding aiohttp `version` alone (installed the first time, then reused)."""
     target = CACHE / version
-    if not (target / "aiohttp").is_dir():
-        partial = CACHE / f"{version}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial),
-                        f"aiohttp=={version}"], check=True, timeout=300)
-        partial.rename(target)  # whole or not at all: a run cut short leaves no half-installed cache
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # Locked: another test run on this machine (its .venv may be this one) can install the same version at
+    # the same moment, and would remove this run's half-written `.partial` under it.
+    fd = os.open(CACHE / f"{version}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not (target / "aiohttp").is_dir():
+            partial = CACHE / f"{version}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                            str(partial), f"aiohttp=={version}"], check=True, timeout=300)
+            partial.rename(target)  # whole or not at all: a run cut short leaves no half-installed cache
+    finally:
+        os.close(fd)  # closing releases the lock
     return target
 
 
@@ -87,7 +96,8 @@ def test_the_floor_runs_the_tuned_classes_and_their_pinning_tests(sim: SimProces
     text, log = stream_through_gateway(sim, env)
     assert text
     assert WARNING not in log
-    pinning = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # -n 0: one file's tests, in this process (pyproject's addopts would start two xdist workers for them)
+    pinning = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                               "tests/upstreams/test_aiohttp_tuned.py"], env={**os.environ, **env}, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert pinning.returncode == 0, pinning.stdout[-3000:]

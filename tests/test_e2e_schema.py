@@ -29,6 +29,9 @@ from tests.harness import ROOT, GatewayProcess, catalogue_for
 
 ADMIN_KEY = "admin-" + "s" * 30
 # accepts_prefix: a conversation may end with an assistant message (the schema allows any role order).
+# pytest-timeout bounds the item with its fixtures: on two cores the other xdist worker shares, the
+# gateway's start and the run took 31 s + 89 s, and pyproject's 120 s cut it off.
+pytestmark = pytest.mark.timeout(300)
 PROFILE = {"ttft_ms": 2, "ttft_jitter": 0, "tokens_per_second": 5000, "output_tokens": 4, "accepts_prefix": True}
 
 

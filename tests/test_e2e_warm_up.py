@@ -81,7 +81,9 @@ def test_warm_up_holds_readiness_until_each_endpoint_is_measured_and_the_first_b
                 assert [len(sim.stats(n)["attempts"]) for n in ("liar", "honest")] == [1, 1]
                 # Measured: /v1/endpoints shows each one's decode rate (the liar's is its true 40 tok/s).
                 rows = {r["id"]: r["stats"] for r in httpx.get(f"{gw.base_url}/endpoints", timeout=5).json()["data"]}
-                assert rows["liar"]["decode_tps"]["p50"] < 60 < 300 < rows["honest"]["decode_tps"]["p50"], rows
+                # Honest's one short completion reads below its 400 when the other xdist worker keeps both
+                # cores busy (seen: 139, 273); 150 still sets it apart from the liar's 40.
+                assert rows["liar"]["decode_tps"]["p50"] < 60 < 150 < rows["honest"]["decode_tps"]["p50"], rows
                 served = asyncio.run(burst(gw.base_url, 8))
                 assert served == ["honest"] * 8, served
                 assert gw.logs().count('"probe":true') == 2

@@ -14,6 +14,7 @@ Does not: assert anything about the code under test, or run the simulator in-pro
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,9 +36,36 @@ from gateway.simulator.config import SimConfig, parse_sim_config
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Where free_port() looks: above the ports services usually take (Redis 6379, Prometheus 9090, ...), below
+# the kernel's ephemeral range.
+FIRST_FREE_PORT = 15000
+
+
+def ephemeral_ports_start() -> int:
+    """The first port of the range the kernel gives outgoing connections (Linux's default if unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the kernel picks it; a race is possible but rare)."""
-    with socket.socket() as sock:
+    """A port that was free a moment ago, picked at random below the kernel's ephemeral range.
+
+    Not the kernel's own pick (bind to port 0): that comes from the ephemeral range, where any outgoing
+    connection can take the port between this pick and the bind of the server it is for -- and the tests
+    open thousands of connections, on two xdist workers at once. Another process's pick can still land
+    on the same port (one in ~17k); GatewayProcess.start() retries on "address already in use"."""
+    end = ephemeral_ports_start()
+    for _ in range(100 if end - FIRST_FREE_PORT >= 1000 else 0):
+        port = random.randrange(FIRST_FREE_PORT, end)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # an unusual range, or none free below it: the kernel's pick
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 

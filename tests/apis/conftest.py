@@ -40,7 +40,16 @@ def api_sim() -> Iterator[SimProcess]:
 
 class KeyedGateway(GatewayProcess):
     key: str  # unlimited
-    limited: str  # one request per minute, already spent
+
+    def spent_key(self) -> str:
+        """A new key allowed one request a minute, its request just made: refused for the next minute.
+        New for each test that needs one: a key spent when the session's gateway started is allowed again
+        a minute later, and this gateway's tests can be minutes apart (other files run in between)."""
+        limited = self.create_key("--rpm", "1")
+        spent = httpx.post(f"{self.base_url}/chat/completions", headers={"authorization": f"Bearer {limited}"},
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+        assert spent.status_code == 200, spent.text
+        return limited
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +63,7 @@ def api_gateway(api_sim: SimProcess) -> Iterator[KeyedGateway]:
     }, gateway={"breaker_failures": 1000, "explore_rate": 0.0})
     gw = KeyedGateway(catalogue, open_access=False)
     gw.key = gw.create_key()
-    gw.limited = gw.create_key("--rpm", "1")
     with gw:
-        spent = httpx.post(f"{gw.base_url}/chat/completions", headers={"authorization": f"Bearer {gw.limited}"},
-                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
-        assert spent.status_code == 200, spent.text
         yield gw
 
 

@@ -111,7 +111,7 @@ def test_errors_in_anthropic_shape(api_gateway: KeyedGateway) -> None:
     assert invalid.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
     assert "max_tokens" in invalid.value.body["error"]["message"]  # type: ignore[index]
     with pytest.raises(anthropic.RateLimitError) as limited:
-        client(api_gateway, api_gateway.limited).messages.create(model="m", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
+        client(api_gateway, api_gateway.spent_key()).messages.create(model="m", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
     assert limited.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     with pytest.raises(anthropic.AuthenticationError) as wrong:
         client(api_gateway, "ur-wrong").messages.create(model="m", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]

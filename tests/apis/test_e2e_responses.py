@@ -120,7 +120,7 @@ def test_errors_in_openai_shape(api_gateway: KeyedGateway) -> None:
         c.responses.create(model="m", input="Hi", tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
     assert invalid.value.body["param"] == "tool_choice" and "tools.web_search" in invalid.value.body["message"]  # type: ignore[index]
     with pytest.raises(openai.RateLimitError) as limited:
-        client(api_gateway, api_gateway.limited).responses.create(model="m", input="Hi")
+        client(api_gateway, api_gateway.spent_key()).responses.create(model="m", input="Hi")
     assert limited.value.body["code"] == "rate_limit_exceeded" and "retry-after" in limited.value.response.headers  # type: ignore[index]
     with pytest.raises(openai.AuthenticationError):
         client(api_gateway, "ur-wrong").responses.create(model="m", input="Hi")

@@ -129,7 +129,8 @@ if __name__ == "__main__":
 def test_shutdown_delay_keeps_refusing_for_that_long_with_nothing_in_flight() -> None:
     """`shutdown_delay_s`: with nothing in flight, SIGTERM still answers 503 for at least that long (for
     load balancers slow to stop sending), then exits 0. Counted in answers: without the delay the
-    process is gone after its first few."""
+    process is gone after its first few. Judged by when the last refusal came, not by how many: each look
+    is a new connection, which on a busy machine can take a good part of the 100 ms between looks."""
     delay_s = 2.0
     with SimProcess(make_sim_config({"a": SLOW})) as sim:
         gw = _gateway(sim, shutdown_delay_s=delay_s).start()
@@ -139,10 +140,13 @@ def test_shutdown_delay_keeps_refusing_for_that_long_with_nothing_in_flight() ->
             _sigterm(gw)
             signalled = time.monotonic()
             statuses: list[int] = []
+            refused_at: list[float] = []  # seconds after the signal
             assert gw.proc is not None
             while gw.proc.poll() is None:
                 try:
                     statuses.append(httpx.get(f"{gw.url}/healthz", timeout=2).status_code)
+                    if statuses[-1] == 503:
+                        refused_at.append(time.monotonic() - signalled)
                 except httpx.HTTPError:
                     break  # the listener is closed: the process is on its way out
                 time.sleep(0.1)
@@ -153,4 +157,6 @@ def test_shutdown_delay_keeps_refusing_for_that_long_with_nothing_in_flight() ->
     assert status == 0, gw.logs()[-3000:]
     assert lasted >= delay_s  # a lower bound: a busy machine only makes it longer
     refusing = statuses[statuses.index(503):] if 503 in statuses else []  # (a look may beat the signal)
-    assert set(refusing) == {503} and len(refusing) >= 10, statuses  # ~20 looks, 100 ms apart, all refused
+    assert set(refusing) == {503} and len(refusing) >= 3, statuses  # all refused, from the first to the last
+    # still refusing near the delay's end (without it the last refusal is ~0.1 s after the signal)
+    assert refused_at[-1] >= delay_s - 0.5, (refused_at, statuses)

@@ -27,6 +27,15 @@ def test_make_sim_config_fills_free_ports() -> None:
     parse_sim_config(config)  # valid as is
 
 
+def test_free_ports_are_below_the_ephemeral_range() -> None:
+    """Outgoing connections take their ports from the ephemeral range: a port picked there could be taken
+    before the server meant for it binds."""
+    end = testing.ephemeral_ports_start()
+    ports = [testing.free_port() for _ in range(20)]
+    assert all(testing.FIRST_FREE_PORT <= port < end for port in ports), (ports, end)
+    assert len(set(ports)) > 1  # picked at random, not one port handed to every caller
+
+
 def test_sim_process_refuses_port_zero_and_reports_start_up_failures() -> None:
     with pytest.raises(ValueError, match="make_sim_config"):
         SimProcess({"admin_port": 0, "endpoints": {"a": {"port": 0}}})
