@@ -61,7 +61,7 @@ class Explorer:
                 return recheck
         stale = ranked.stale
         if ranked.best_case and scored:
-            best_now = min((s[3].e2e_s for s in scored if s[0] < inf), default=inf)  # not a full one's
+            best_now = min((s[3] for s in scored if s[0] < inf), default=inf)  # not a full one's
             stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
         # The cached order's first too: the live choice may be another.
         for c in stale if ranked.live_choice else ():

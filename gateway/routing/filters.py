@@ -9,8 +9,7 @@ per (model, preferences, request shape). Health (breakers, cool-downs) is checke
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.config import Endpoint
 from gateway.context import ChatRequest, Preferences
@@ -20,9 +19,9 @@ CHARS_PER_TOKEN = 4
 COARSE_ABOVE = 4096  # prompt estimates above this many tokens are rounded to a relative grid
 
 
-@dataclass(frozen=True, slots=True)
-class RequestShape:
-    """What the filters need to know about a request; hashable so plans can be cached by it."""
+class RequestShape(NamedTuple):
+    """What the filters need to know about a request; hashable so plans can be cached by it (a tuple:
+    made, hashed and compared per request, all in C)."""
 
     prompt_tokens: int
     max_tokens: int | None

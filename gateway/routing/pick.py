@@ -5,21 +5,24 @@ two (power of two choices). Then what a failure falls back to, in order."""
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures, with_prediction
 from gateway.routing.ranked import Ranked, Scored
 from gateway.routing.ranking import sort_value
+from gateway.routing.speed import Prediction
 
 
-def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random) -> Candidate:
+def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random,
+                predicted: Callable[[Scored], Prediction]) -> Candidate:
     """Throughput: the least predicted time plus marginal cost among the live candidates
-    (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
+    (live.py `score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
     while it is not slower), then the less loaded of two. If every one is at its limit, the
-    cached order's first."""
+    cached order's first. `predicted`: the pick's full prediction, for its figures."""
     best = min(s[0] for s in scored)
     if best == float("inf"):
         return ranked.candidates[0]
@@ -32,7 +35,7 @@ def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: ra
         a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
         pick = a if a[2] <= b[2] else b
     c = pick[4]
-    return Candidate(c.endpoint, with_prediction(c.figures, pick[3]), c.tier_rank, c.notes)
+    return Candidate(c.endpoint, with_prediction(c.figures, predicted(pick)), c.tier_rank, c.notes)
 
 
 def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable[[str], int], near_equal: float,
@@ -57,13 +60,19 @@ def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable
     return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
 
 
-def cheap_weighted(group: tuple[Candidate, ...], rng: random.Random) -> Candidate:
-    """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price)."""
+def cheap_weighted(group: Sequence[Candidate], rng: random.Random, cum_weights: list[float] | None = None
+                   ) -> Candidate:
+    """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price).
+    `cum_weights`: `cheap_weights(group)`, kept with the ranking (a request draws the same with it)."""
+    return rng.choices(group, cum_weights=cum_weights or cheap_weights(group))[0]
+
+
+def cheap_weights(group: Sequence[Candidate]) -> list[float]:
+    """`cheap_weighted`'s cumulative weights, as `random.choices` accumulates them."""
     costs = [c.figures.cost_usd for c in group]
     known = [x for x in costs if x]
     fallback = sum(known) / len(known) if known else 1.0
-    weights = [1.0 / (x or fallback) for x in costs]
-    return rng.choices(group, weights=weights)[0]
+    return list(itertools.accumulate(1.0 / (x or fallback) for x in costs))
 
 
 def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from gateway.config import Endpoint
 from gateway.context import Candidate, Exclusion, Spill
 from gateway.policy import Sort
-from gateway.routing.speed import Curve, Prediction
+from gateway.routing.live import Fixed
+from gateway.routing.speed import Curve
 from gateway.telemetry.stats import EndpointStats
 
 
@@ -18,23 +19,30 @@ from gateway.telemetry.stats import EndpointStats
 class Static:
     eligible: tuple[tuple[Endpoint, int], ...]  # endpoint, tier rank
     excluded: tuple[Exclusion, ...]
+    strategy: str  # the plan's, from the preferences alone: made once, not per request
 
 
-# A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
-Scored = tuple[float, int, int, Prediction, Candidate]
+# A live candidate scored now (live.py): (score, tier rank, in flight, predicted end-to-end s, candidate,
+# its index in `Ranked.live`).
+Scored = tuple[float, int, int, float, Candidate, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """One model's ranking, and what the per-request choice needs from it, precomputed."""
 
+    static: Static  # what it ranks
     expires: float
     candidates: tuple[Candidate, ...]
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
+    lead_weights: list[float]  # without a sort: `lead`'s cumulative weights for pick.cheap_weighted
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
     not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
+    fixed: tuple[Fixed, ...]  # per live candidate: its curve fixed to this request shape (live.py)
+    live_ranks: tuple[int, ...]  # per live candidate: its tier rank
+    flaky: bool  # some live candidate fails some attempts: its failures are priced (speed.fallback_scores)
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
