@@ -79,7 +79,8 @@ class Fixed:
             return p
         # This request's own end-to-end time, not its decode plus what it adds to others.
         clean = p.e2e_s * curve.penalty
-        return p._replace(score_s=clean * (1.0 + ERROR_PENALTY * curve.error_rate), clean_s=clean)
+        return Prediction(p.decode_tps, p.ttft_s, p.load, p.e2e_s, p.marginal_s,
+                          clean * (1.0 + ERROR_PENALTY * curve.error_rate), clean)
 
 
 def trial_share(loads: list[int]) -> int:

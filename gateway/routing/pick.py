@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from bisect import bisect
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from gateway.context import Candidate
 from gateway.policy import Sort
@@ -15,6 +17,8 @@ from gateway.routing.figures import Figures, with_prediction
 from gateway.routing.ranked import Ranked, Scored
 from gateway.routing.ranking import sort_value
 from gateway.routing.speed import Prediction
+
+T = TypeVar("T")
 
 
 def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random,
@@ -32,7 +36,7 @@ def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: ra
     near = [s for s in near if s[1] == top_rank]
     pick = min(near, key=lambda s: s[0])
     if len(near) >= 2:
-        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        a, b = two_of(near, rng)  # power of two choices: the less loaded of two
         pick = a if a[2] <= b[2] else b
     c = pick[4]
     return Candidate(c.endpoint, with_prediction(c.figures, predicted(pick)), c.tier_rank, c.notes)
@@ -54,7 +58,7 @@ def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable
     near = [s for s in scored if s[0] - best <= tolerance]
     pick = scored[0]
     if len(near) >= 2:
-        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        a, b = two_of(near, rng)  # power of two choices: the less loaded of two
         pick = a if a[1] <= b[1] else b
     c = pick[3]
     return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
@@ -64,7 +68,23 @@ def cheap_weighted(group: Sequence[Candidate], rng: random.Random, cum_weights: 
                    ) -> Candidate:
     """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price).
     `cum_weights`: `cheap_weights(group)`, kept with the ranking (a request draws the same with it)."""
-    return rng.choices(group, cum_weights=cum_weights or cheap_weights(group))[0]
+    cum = cum_weights or cheap_weights(group)
+    # `rng.choices(group, cum_weights=cum)[0]` without its checks and list: the same draw.
+    return group[bisect(cum, rng.random() * (cum[-1] + 0.0), 0, len(group) - 1)]
+
+
+def two_of(items: Sequence[T], rng: random.Random) -> tuple[T, T]:
+    """`rng.sample(items, 2)`, the same two from the same draws, without its generic checks (several
+    µs of the live choice, which samples two per request). CPython's `sample` draws `_randbelow(n)`,
+    then `_randbelow(n - 1)` from what is left with the last item moved into the first's place."""
+    n = len(items)
+    if n > 21:  # `sample` draws differently from a large population
+        a, b = rng.sample(items, 2)
+        return a, b
+    randbelow = rng._randbelow  # type: ignore[attr-defined]
+    i = randbelow(n)
+    j = randbelow(n - 1)
+    return items[i], items[n - 1 if j == i else j]
 
 
 def cheap_weights(group: Sequence[Candidate]) -> list[float]:
@@ -76,7 +96,7 @@ def cheap_weights(group: Sequence[Candidate]) -> list[float]:
 
 
 def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:
-    """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
+    """The plan's order: the choice, then what a failure (a 429's cool-down among them) falls back to: the live
     candidates by their score now, as the choice itself was made (the tier breaking ties), those
     at their limit or kept out by health last; then the rest in the cached order. Not the cached
     order alone: it can be 250 ms old and put a claim first that has since taken its trial
@@ -89,4 +109,4 @@ def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> t
         i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
         rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
             tuple(c for c in rest if c.endpoint.key != key)
-    return (*(s[4] for s in live), *rest)
+    return (chosen, *[s[4] for s in live], *rest)

@@ -155,8 +155,9 @@ class Router:
         if request.fallbacks:  # Anthropic's fallbacks with fields of their own: per model
             models, own = self._fallback_models(primary, request, prefs, shape)
         else:
-            models = dict.fromkeys((primary, *(self.resolve_model(m, "models") for m in request.fallback_models)),
-                                   (prefs, shape))
+            models = {primary: (prefs, shape)}
+            for name in request.fallback_models:  # a model named twice is tried as first named
+                models.setdefault(self.resolve_model(name, "models"), (prefs, shape))
         parts: list[Ranked] = []
         excluded: list[Exclusion] = []
         strategy = None
@@ -188,12 +189,12 @@ class Router:
             candidates = head.candidates if i == 0 and chosen is head.candidates[0] else \
                 (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
         else:
-            candidates = (chosen, *fallback_order(head, scored, chosen))
+            candidates = fallback_order(head, scored, chosen)
         for part in parts[1:]:
             candidates += part.candidates
         spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
-        return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
-                    strategy=strategy or "default", spills=spills, session_key=session, model_requests=own)
+        # Positional: a NamedTuple's keyword arguments cost a µs.
+        return Plan(primary, candidates, tuple(excluded), strategy or "default", spills, session, own)
 
     def _fallback_models(self, primary: str, request: ChatRequest, prefs: Preferences, shape: RequestShape
                          ) -> tuple[dict[str, tuple[Preferences, RequestShape]], dict[str, ChatRequest] | None]:
