@@ -9,6 +9,7 @@ import itertools
 import random
 from bisect import bisect
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TypeVar
 
 from gateway.context import Candidate
@@ -27,17 +28,18 @@ def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: ra
     (live.py `score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
     while it is not slower), then the less loaded of two. If every one is at its limit, the
     cached order's first. `predicted`: the pick's full prediction, for its figures."""
-    best = min(s[0] for s in scored)
+    best = min(map(_score, scored))
     if best == float("inf"):
         return ranked.candidates[0]
     limit = best * (1.0 + near_equal)
     near = [s for s in scored if s[0] <= limit]
-    top_rank = min(s[1] for s in near)
+    top_rank = min(map(_rank, near))
     near = [s for s in near if s[1] == top_rank]
-    pick = min(near, key=lambda s: s[0])
     if len(near) >= 2:
         a, b = two_of(near, rng)  # power of two choices: the less loaded of two
         pick = a if a[2] <= b[2] else b
+    else:
+        pick = near[0]
     c = pick[4]
     return Candidate(c.endpoint, with_prediction(c.figures, predicted(pick)), c.tier_rank, c.notes)
 
@@ -103,10 +105,14 @@ def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> t
     share. Not tier first either: a premium tier measured slower than the standard one (a false
     claim) would take every fallback."""
     key = chosen.endpoint.key
-    live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
+    live = sorted([s for s in scored if s[4].endpoint.key != key], key=_score_rank)
     rest = ranked.not_live
     if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
-        i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
-        rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
-            tuple(c for c in rest if c.endpoint.key != key)
+        i = ranked.not_live_index.get(key)
+        rest = (*rest[:i], *rest[i + 1:]) if i is not None else tuple(c for c in rest if c.endpoint.key != key)
     return (chosen, *[s[4] for s in live], *rest)
+
+
+_score = itemgetter(0)  # of a `Scored`
+_rank = itemgetter(1)
+_score_rank = itemgetter(0, 1)

@@ -39,6 +39,7 @@ class Ranked:
     lead_weights: list[float]  # without a sort: `lead`'s cumulative weights for pick.cheap_weighted
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
     not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
+    not_live_index: dict[str, int]  # endpoint key -> position in `not_live`
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
     fixed: tuple[Fixed, ...]  # per live candidate: its curve fixed to this request shape (live.py)
     live_ranks: tuple[int, ...]  # per live candidate: its tier rank
@@ -57,4 +58,6 @@ class Ranked:
     # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
     # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
     best_case: dict[str, float]
+    # Per endpoint asked about (a session's holder: stay.py), its cost for this request as a cold prompt.
+    cold_costs: dict[str, float | None]
 

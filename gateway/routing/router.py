@@ -303,6 +303,7 @@ class Router:
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
         lead = tuple(c for c in group if not c.notes)
+        not_live = tuple(c for c in ordered if c not in live)
         ranked = self._ranked[key] = Ranked(
             static=static,
             expires=now + self.settings.ranking_ttl_s,
@@ -311,7 +312,8 @@ class Router:
             lead=lead,
             lead_weights=cheap_weights(lead) if sort is None and len(lead) >= 2 else [],
             live=tuple(live),
-            not_live=tuple(c for c in ordered if c not in live),
+            not_live=not_live,
+            not_live_index={c.endpoint.key: i for i, c in enumerate(not_live)},
             curves=curves,
             # Uncached: all as cold prompts, the session's holder is judged apart (stay.py).
             fixed=tuple(Fixed(curves[c.endpoint.key], n_tokens, shape.prompt_tokens) for c in live),
@@ -331,6 +333,7 @@ class Router:
                           for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
             best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
                        for c in stale} if sort is Sort.E2E else {},
+            cold_costs={},
         )
         return ranked
 
