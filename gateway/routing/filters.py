@@ -29,17 +29,23 @@ class RequestShape(NamedTuple):
     upstream: str = "chat"  # the upstream API it needs: chat, completions or embeddings
 
 
+# The body fields `request_shape` reads capabilities from: most requests have none of them.
+_CAPABILITY_FIELDS = frozenset({"tools", "tool_choice", "functions", "response_format", "reasoning",
+                                "reasoning_effort", "logprobs", "top_logprobs"})
+
+
 def request_shape(request: ChatRequest) -> RequestShape:
     body = request.body
     used = set()
-    if body.get("tools") or body.get("tool_choice") or body.get("functions"):
-        used.add("tools")
-    if body.get("response_format"):
-        used.add("response_format")
-    if body.get("reasoning") or body.get("reasoning_effort"):
-        used.add("reasoning")
-    if body.get("logprobs") or body.get("top_logprobs"):
-        used.add("logprobs")
+    if not _CAPABILITY_FIELDS.isdisjoint(body):
+        if body.get("tools") or body.get("tool_choice") or body.get("functions"):
+            used.add("tools")
+        if body.get("response_format"):
+            used.add("response_format")
+        if body.get("reasoning") or body.get("reasoning_effort"):
+            used.add("reasoning")
+        if body.get("logprobs") or body.get("top_logprobs"):
+            used.add("logprobs")
     messages: list[Any] = body.get("messages") or []
     if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         used.add("assistant_prefix")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import inf
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from gateway.policy import Sort
@@ -94,7 +95,7 @@ def score_live(ranked: Ranked, in_flight_of: Callable[[str], int],
     """The live candidates scored at their load as of now (the ranking is up to 250 ms old), and the
     trial share they were scored with."""
     live = ranked.live
-    loads = [in_flight_of(c.endpoint.key) for c in live]
+    loads = [in_flight_of(key) for key in ranked.live_keys]
     trial = trial_share(loads)
     e2e = ranked.sort is Sort.E2E
     # All as cold prompts: the session's holder is judged apart (stay.py).
@@ -111,8 +112,10 @@ def score_live(ranked: Ranked, in_flight_of: Callable[[str], int],
         # As the time a candidate's cache would not save, so that scores stay positive (near ties).
         most = max(ranked.credits)
         scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
-    ranks = ranked.live_ranks
-    return [(scores[i], ranks[i], loads[i], figures[i][1], live[i], i) for i in range(len(live))], trial
+    return list(zip(scores, ranked.live_ranks, loads, map(_e2e, figures), live, range(len(live)), strict=True)), trial
+
+
+_e2e = itemgetter(1)  # of `Fixed.clean_e2e`'s
 
 
 def predicted(ranked: Ranked, s: Scored, trial: int) -> Prediction:

@@ -42,7 +42,8 @@ class Ranked:
     not_live_index: dict[str, int]  # endpoint key -> position in `not_live`
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
     fixed: tuple[Fixed, ...]  # per live candidate: its curve fixed to this request shape (live.py)
-    live_ranks: tuple[int, ...]  # per live candidate: its tier rank
+    live_ranks: tuple[int, ...]  # per live candidate: its tier rank ...
+    live_keys: tuple[str, ...]  # ... and its endpoint key
     flaky: bool  # some live candidate fails some attempts: its failures are priced (speed.fallback_scores)
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure

@@ -82,6 +82,7 @@ class Router:
                  unavailable: Callable[[str], bool] | None = None) -> None:
         self.catalogue = catalogue
         self._endpoints = {e.key: e for e in catalogue.endpoints()}
+        self._uncached_limits = any(e.max_uncached_input_tokens is not None for e in self._endpoints.values())
         self.telemetry = telemetry
         # Whether health keeps an endpoint from being tried now (a 429's cool-down, an open circuit):
         # the live choice passes such an endpoint over rather than leave the request to its fallback.
@@ -216,6 +217,8 @@ class Router:
     def _warm_holder(self, session: str | None, shape: RequestShape, prefs: Preferences) -> str | None:
         """The session's last endpoint, if `max_uncached_input_tokens` would filter it out as for a cold
         prompt while the cache it holds leaves less than that uncached: judged warm, it stays a candidate."""
+        if not self._uncached_limits:  # no endpoint has the limit: nothing to judge (most catalogues)
+            return None
         holder = self.sessions.holder(session) if session is not None and prefs.sticky is not False else None
         endpoint = None if holder is None else self._endpoints.get(holder.endpoint_key)
         limit = None if endpoint is None else endpoint.max_uncached_input_tokens
@@ -318,6 +321,7 @@ class Router:
             # Uncached: all as cold prompts, the session's holder is judged apart (stay.py).
             fixed=tuple(Fixed(curves[c.endpoint.key], n_tokens, shape.prompt_tokens) for c in live),
             live_ranks=tuple(c.tier_rank for c in live),
+            live_keys=tuple(c.endpoint.key for c in live),
             flaky=any(curves[c.endpoint.key].error_rate > 0 for c in live),
             n_tokens=n_tokens,
             live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
