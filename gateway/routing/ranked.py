@@ -56,6 +56,7 @@ class Ranked:
     stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
     sort: Sort | None
     credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
+    most_credit: float  # the largest of `credits`
     # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
     # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
     best_case: dict[str, float]

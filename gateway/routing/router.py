@@ -307,6 +307,8 @@ class Router:
             self._ranked.clear()
         lead = tuple(c for c in group if not c.notes)
         not_live = tuple(c for c in ordered if c not in live)
+        credits = tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
+                        for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else ()
         ranked = self._ranked[key] = Ranked(
             static=static,
             expires=now + self.settings.ranking_ttl_s,
@@ -333,8 +335,8 @@ class Router:
             prompt_tokens=shape.prompt_tokens,
             stats=stats,
             sort=sort,
-            credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
-                          for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
+            credits=credits,
+            most_credit=max(credits, default=0.0),
             best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
                        for c in stale} if sort is Sort.E2E else {},
             cold_costs={},
