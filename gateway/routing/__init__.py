@@ -6,5 +6,6 @@
     tiers.py     speed tiers: which tiers a request may use, and in what order
     ranking.py   ordering within and across tiers: sort keys, spills, soft thresholds, `order`
     sticky.py    prompt-cache affinity: a conversation stays on the endpoint that served it
+    live.py      the live choice's per-request scores: curves fixed to a ranking's request shape
     router.py    the `Router`: puts it together per request, with the cached parts cached
 """

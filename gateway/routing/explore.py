@@ -49,19 +49,23 @@ class Explorer:
         The prompt's prefill is part of what an exploration costs its user: a 10k-token prompt sent
         to a GPU host at 4k tokens/s to learn whether it recovered cost ~3 s, 5x the turn elsewhere."""
         # One exploring request at a time: a slow endpoint being measured must not take half the traffic.
-        cold = [c for c in ranked.cold if c is not default and not self._in_flight(c.endpoint.key)]
+        cold = [c for c in ranked.cold if c is not default and not self._in_flight(c.endpoint.key)] \
+            if ranked.cold else None
         if cold and self._rng.random() < self.settings.cold_explore_rate:
             return self._rng.choice(cold)
         if self.settings.explore_rate <= 0:
             return None
         now = self._clock()
         if ranked.live_choice:  # one that slowed all at once, re-checked for a while (recheck.py)
-            recheck = self.rechecks.due(ranked.live, _key, self._in_flight, now)
+            recheck = self.rechecks.due(ranked.live, ranked.live_keys, self._in_flight, now)
             if recheck is not None:
                 return recheck
         stale = ranked.stale
         if ranked.best_case and scored:
-            best_now = min((s[3].e2e_s for s in scored if s[0] < inf), default=inf)  # not a full one's
+            best_now = inf  # the least predicted end-to-end time now, not a full one's
+            for s in scored:
+                if s[0] < inf and s[3] < best_now:
+                    best_now = s[3]
             stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
         # The cached order's first too: the live choice may be another.
         for c in stale if ranked.live_choice else ():
@@ -84,7 +88,3 @@ def best_case_s(endpoint: Endpoint, measured: Curve, n_tokens: int, prompt_token
     by its catalogue claims, whichever promises more (inf: neither gives a decode rate, nothing known)."""
     claimed = curve(endpoint, None, None, None).predict(0, n_tokens, None, prompt_tokens)
     return min(measured.predict(0, n_tokens, None, prompt_tokens).e2e_s, claimed.e2e_s)
-
-
-def _key(c: Candidate) -> str:
-    return c.endpoint.key

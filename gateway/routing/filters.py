@@ -9,8 +9,7 @@ per (model, preferences, request shape). Health (breakers, cool-downs) is checke
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.config import Endpoint
 from gateway.context import ChatRequest, Preferences
@@ -20,9 +19,9 @@ CHARS_PER_TOKEN = 4
 COARSE_ABOVE = 4096  # prompt estimates above this many tokens are rounded to a relative grid
 
 
-@dataclass(frozen=True, slots=True)
-class RequestShape:
-    """What the filters need to know about a request; hashable so plans can be cached by it."""
+class RequestShape(NamedTuple):
+    """What the filters need to know about a request; hashable so plans can be cached by it (a tuple:
+    made, hashed and compared per request, all in C)."""
 
     prompt_tokens: int
     max_tokens: int | None
@@ -30,17 +29,23 @@ class RequestShape:
     upstream: str = "chat"  # the upstream API it needs: chat, completions or embeddings
 
 
+# The body fields `request_shape` reads capabilities from: most requests have none of them.
+_CAPABILITY_FIELDS = frozenset({"tools", "tool_choice", "functions", "response_format", "reasoning",
+                                "reasoning_effort", "logprobs", "top_logprobs"})
+
+
 def request_shape(request: ChatRequest) -> RequestShape:
     body = request.body
     used = set()
-    if body.get("tools") or body.get("tool_choice") or body.get("functions"):
-        used.add("tools")
-    if body.get("response_format"):
-        used.add("response_format")
-    if body.get("reasoning") or body.get("reasoning_effort"):
-        used.add("reasoning")
-    if body.get("logprobs") or body.get("top_logprobs"):
-        used.add("logprobs")
+    if not _CAPABILITY_FIELDS.isdisjoint(body):
+        if body.get("tools") or body.get("tool_choice") or body.get("functions"):
+            used.add("tools")
+        if body.get("response_format"):
+            used.add("response_format")
+        if body.get("reasoning") or body.get("reasoning_effort"):
+            used.add("reasoning")
+        if body.get("logprobs") or body.get("top_logprobs"):
+            used.add("logprobs")
     messages: list[Any] = body.get("messages") or []
     if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         used.add("assistant_prefix")

@@ -5,34 +5,52 @@ two (power of two choices). Then what a failure falls back to, in order."""
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable
+from bisect import bisect
+from collections.abc import Callable, Sequence
+from math import inf
+from operator import itemgetter
+from typing import TypeVar
 
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures, with_prediction
 from gateway.routing.ranked import Ranked, Scored
 from gateway.routing.ranking import sort_value
+from gateway.routing.speed import Prediction
+
+T = TypeVar("T")
 
 
-def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random) -> Candidate:
+def fastest_now(ranked: Ranked, scored: list[Scored], near_equal: float, rng: random.Random,
+                predicted: Callable[[Scored], Prediction]) -> Candidate:
     """Throughput: the least predicted time plus marginal cost among the live candidates
-    (`_score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
+    (live.py `score_live`); within `near_equal` of it the lowest tier rank (a premium tier asked for
     while it is not slower), then the less loaded of two. If every one is at its limit, the
-    cached order's first."""
-    best = min(s[0] for s in scored)
-    if best == float("inf"):
+    cached order's first. `predicted`: the pick's full prediction, for its figures."""
+    best = inf
+    for s in scored:  # (plain loops: a comprehension costs a few tenths of a µs before its first item)
+        if s[0] < best:
+            best = s[0]
+    if best == inf:
         return ranked.candidates[0]
     limit = best * (1.0 + near_equal)
-    near = [s for s in scored if s[0] <= limit]
-    top_rank = min(s[1] for s in near)
-    near = [s for s in near if s[1] == top_rank]
-    pick = min(near, key=lambda s: s[0])
+    near: list[Scored] = []  # those within `limit` of the lowest tier rank among them, in order
+    top_rank = None
+    for s in scored:
+        if s[0] <= limit:
+            if top_rank is None or s[1] < top_rank:
+                top_rank, near = s[1], [s]
+            elif s[1] == top_rank:
+                near.append(s)
     if len(near) >= 2:
-        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        a, b = two_of(near, rng)  # power of two choices: the less loaded of two
         pick = a if a[2] <= b[2] else b
+    else:
+        pick = near[0]
     c = pick[4]
-    return Candidate(c.endpoint, with_prediction(c.figures, pick[3]), c.tier_rank, c.notes)
+    return Candidate(c.endpoint, with_prediction(c.figures, predicted(pick)), c.tier_rank, c.notes)
 
 
 def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable[[str], int], near_equal: float,
@@ -51,33 +69,57 @@ def best_of_head(head: tuple[Candidate, ...], sort: Sort, in_flight_of: Callable
     near = [s for s in scored if s[0] - best <= tolerance]
     pick = scored[0]
     if len(near) >= 2:
-        a, b = rng.sample(near, 2)  # power of two choices: the less loaded of two
+        a, b = two_of(near, rng)  # power of two choices: the less loaded of two
         pick = a if a[1] <= b[1] else b
     c = pick[3]
     return Candidate(c.endpoint, pick[2], c.tier_rank, c.notes)
 
 
-def cheap_weighted(group: tuple[Candidate, ...], rng: random.Random) -> Candidate:
-    """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price)."""
+def cheap_weighted(group: Sequence[Candidate], rng: random.Random, cum_weights: list[float] | None = None
+                   ) -> Candidate:
+    """Without a sort: at random, weighted by 1/price (an unpriced endpoint at the mean price).
+    `cum_weights`: `cheap_weights(group)`, kept with the ranking (a request draws the same with it)."""
+    cum = cum_weights or cheap_weights(group)
+    # `rng.choices(group, cum_weights=cum)[0]` without its checks and list: the same draw.
+    return group[bisect(cum, rng.random() * (cum[-1] + 0.0), 0, len(group) - 1)]
+
+
+def two_of(items: Sequence[T], rng: random.Random) -> tuple[T, T]:
+    """`rng.sample(items, 2)`, the same two from the same draws, without its generic checks (several
+    µs of the live choice, which samples two per request). CPython's `sample` draws `_randbelow(n)`,
+    then `_randbelow(n - 1)` from what is left with the last item moved into the first's place."""
+    n = len(items)
+    if n > 21:  # `sample` draws differently from a large population
+        a, b = rng.sample(items, 2)
+        return a, b
+    randbelow = rng._randbelow  # type: ignore[attr-defined]
+    i = randbelow(n)
+    j = randbelow(n - 1)
+    return items[i], items[n - 1 if j == i else j]
+
+
+def cheap_weights(group: Sequence[Candidate]) -> list[float]:
+    """`cheap_weighted`'s cumulative weights, as `random.choices` accumulates them."""
     costs = [c.figures.cost_usd for c in group]
     known = [x for x in costs if x]
     fallback = sum(known) / len(known) if known else 1.0
-    weights = [1.0 / (x or fallback) for x in costs]
-    return rng.choices(group, weights=weights)[0]
+    return list(itertools.accumulate(1.0 / (x or fallback) for x in costs))
 
 
 def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> tuple[Candidate, ...]:
-    """After the choice, what a failure (a 429's cool-down among them) falls back to: the live
+    """The plan's order: the choice, then what a failure (a 429's cool-down among them) falls back to: the live
     candidates by their score now, as the choice itself was made (the tier breaking ties), those
     at their limit or kept out by health last; then the rest in the cached order. Not the cached
     order alone: it can be 250 ms old and put a claim first that has since taken its trial
     share. Not tier first either: a premium tier measured slower than the standard one (a false
     claim) would take every fallback."""
     key = chosen.endpoint.key
-    live = sorted((s for s in scored if s[4].endpoint.key != key), key=lambda s: (s[0], s[1]))
+    live = sorted([s for s in scored if s[4].endpoint.key != key], key=_score_rank)
     rest = ranked.not_live
     if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
-        i = ranked.index[key] - sum(1 for c in ranked.live if ranked.index[c.endpoint.key] < ranked.index[key])
-        rest = (*rest[:i], *rest[i + 1:]) if i < len(rest) and rest[i].endpoint.key == key else \
-            tuple(c for c in rest if c.endpoint.key != key)
-    return (*(s[4] for s in live), *rest)
+        i = ranked.not_live_index.get(key)
+        rest = (*rest[:i], *rest[i + 1:]) if i is not None else tuple(c for c in rest if c.endpoint.key != key)
+    return (chosen, *[s[4] for s in live], *rest)
+
+
+_score_rank = itemgetter(0, 1)  # of a `Scored`

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from gateway.config import Endpoint
 from gateway.context import Candidate, Exclusion, Spill
 from gateway.policy import Sort
-from gateway.routing.speed import Curve, Prediction
+from gateway.routing.live import Fixed
+from gateway.routing.speed import Curve
 from gateway.telemetry.stats import EndpointStats
 
 
@@ -18,23 +19,32 @@ from gateway.telemetry.stats import EndpointStats
 class Static:
     eligible: tuple[tuple[Endpoint, int], ...]  # endpoint, tier rank
     excluded: tuple[Exclusion, ...]
+    strategy: str  # the plan's, from the preferences alone: made once, not per request
 
 
-# A live candidate scored now: (score, tier rank, in flight, prediction, candidate).
-Scored = tuple[float, int, int, Prediction, Candidate]
+# A live candidate scored now (live.py): (score, tier rank, in flight, predicted end-to-end s, candidate,
+# its index in `Ranked.live`).
+Scored = tuple[float, int, int, float, Candidate, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """One model's ranking, and what the per-request choice needs from it, precomputed."""
 
+    static: Static  # what it ranks
     expires: float
     candidates: tuple[Candidate, ...]
     spills: tuple[Spill, ...]
     lead: tuple[Candidate, ...]  # the first tier group, minus spilled and soft-missed endpoints
+    lead_weights: list[float]  # without a sort: `lead`'s cumulative weights for pick.cheap_weighted
     live: tuple[Candidate, ...]  # re-predicted per request (throughput): each group's head, soft misses out
     not_live: tuple[Candidate, ...]  # `candidates` minus `live`, in order: the tail of a throughput plan
+    not_live_index: dict[str, int]  # endpoint key -> position in `not_live`
     curves: dict[str, Curve]  # live endpoint key -> its speed-vs-load curve
+    fixed: tuple[Fixed, ...]  # per live candidate: its curve fixed to this request shape (live.py)
+    live_ranks: tuple[int, ...]  # per live candidate: its tier rank ...
+    live_keys: tuple[str, ...]  # ... and its endpoint key
+    flaky: bool  # some live candidate fails some attempts: its failures are priced (speed.fallback_scores)
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
@@ -46,7 +56,10 @@ class Ranked:
     stats: dict[str, EndpointStats]  # the window's stats the ranking was built from, by endpoint key
     sort: Sort | None
     credits: tuple[float, ...]  # per live candidate: what caching this prompt there saves a next turn (e2e)
+    most_credit: float  # the largest of `credits`
     # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
     # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
     best_case: dict[str, float]
+    # Per endpoint asked about (a session's holder: stay.py), its cost for this request as a cold prompt.
+    cold_costs: dict[str, float | None]
 

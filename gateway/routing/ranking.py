@@ -30,15 +30,18 @@ from gateway.routing.filters import matches
 from gateway.telemetry.stats import EndpointStats
 
 PREMIUM = frozenset({Tier.FAST, Tier.ULTRAFAST})
+# The sorts as plain names: looking an enum member up on its class costs ~0.2 µs (Python 3.11), and
+# `sort_value` runs per candidate, per request for the head of a ranking.
+_THROUGHPUT, _LATENCY, _E2E = Sort.THROUGHPUT, Sort.LATENCY, Sort.E2E
 
 
 def sort_value(sort: Sort | None, figures: Figures) -> float:
     """Smaller is better; unknown figures sort last."""
-    if sort is Sort.THROUGHPUT:  # the predicted time of this request plus what it adds to others
+    if sort is _THROUGHPUT:  # the predicted time of this request plus what it adds to others
         return figures.score_s
-    if sort is Sort.LATENCY:
+    if sort is _LATENCY:
         return figures.ttft_ms if figures.ttft_ms is not None else math.inf
-    if sort is Sort.E2E:  # TTFT with this prompt's prefill + its output at the decode rate of its load
+    if sort is _E2E:  # TTFT with this prompt's prefill + its output at the decode rate of its load
         return figures.e2e_s if figures.e2e_s is not None else math.inf
     return figures.cost_usd if figures.cost_usd is not None else math.inf
 

@@ -13,7 +13,7 @@ Bookkeeping only: the router asks `due()` per request (nothing to do while nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -42,14 +42,12 @@ class Rechecks:
     def slowed(self, key: str, now: float) -> None:
         self._due[key] = (now + self.policy.first_s, self.policy.first_s, now)
 
-    def due(self, candidates: Iterable[T], key_of: Callable[[T], str], busy: Callable[[str], int],
-            now: float) -> T | None:
-        """The first of `candidates` due for a re-check and not already in use (its answer is the news);
-        its next one is scheduled. Endpoints past `for_s` are forgotten."""
+    def due(self, candidates: Sequence[T], keys: Sequence[str], busy: Callable[[str], int], now: float) -> T | None:
+        """The first of `candidates` (their endpoint `keys`, in order) due for a re-check and not already in
+        use (its answer is the news); its next one is scheduled. Endpoints past `for_s` are forgotten."""
         if not self._due:
             return None
-        for c in candidates:
-            key = key_of(c)
+        for i, key in enumerate(keys):
             entry = self._due.get(key)
             if entry is None or now < entry[0] or busy(key):
                 continue
@@ -58,5 +56,5 @@ class Rechecks:
                 continue
             interval = entry[1] * self.policy.backoff
             self._due[key] = (now + interval, interval, entry[2])
-            return c
+            return candidates[i]
         return None

@@ -23,12 +23,10 @@ through the store's cached view; nothing here does I/O.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from math import inf
+from dataclasses import dataclass
 
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
@@ -37,19 +35,12 @@ from gateway.policy import Sort
 from gateway.routing.explore import Explorer, best_case_s
 from gateway.routing.figures import failure_rate, figures_for, output_tokens
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
-from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, fastest_now
+from gateway.routing.live import Fixed, predicted, score_live
+from gateway.routing.pick import best_of_head, cheap_weighted, cheap_weights, fallback_order, fastest_now
 from gateway.routing.ranked import Ranked, Scored, Static
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, spill_premium
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
-from gateway.routing.speed import (
-    ERROR_PENALTY,
-    TRIAL_CONCURRENCY,
-    Curve,
-    Prediction,
-    SpeedModel,
-    curve,
-    fallback_scores,
-)
+from gateway.routing.speed import Curve, SpeedModel, curve
 from gateway.routing.stay import cache_credit, judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
@@ -91,6 +82,7 @@ class Router:
                  unavailable: Callable[[str], bool] | None = None) -> None:
         self.catalogue = catalogue
         self._endpoints = {e.key: e for e in catalogue.endpoints()}
+        self._uncached_limits = any(e.max_uncached_input_tokens is not None for e in self._endpoints.values())
         self.telemetry = telemetry
         # Whether health keeps an endpoint from being tried now (a 429's cool-down, an open circuit):
         # the live choice passes such an endpoint over rather than leave the request to its fallback.
@@ -164,15 +156,23 @@ class Router:
         if request.fallbacks:  # Anthropic's fallbacks with fields of their own: per model
             models, own = self._fallback_models(primary, request, prefs, shape)
         else:
-            models = dict.fromkeys((primary, *(self.resolve_model(m, "models") for m in request.fallback_models)),
-                                   (prefs, shape))
+            models = {primary: (prefs, shape)}
+            for name in request.fallback_models:  # a model named twice is tried as first named
+                models.setdefault(self.resolve_model(name, "models"), (prefs, shape))
         parts: list[Ranked] = []
         excluded: list[Exclusion] = []
+        strategy = None
+        now = self._clock()
         for model, (model_prefs, model_shape) in models.items():
-            static = self._static_part(model, model_prefs, model_shape, warm)
+            key = (model, model_prefs, model_shape, warm)
+            ranked = self._ranked.get(key)  # one lookup while the ranking is fresh: it keeps its `Static`
+            static = ranked.static if ranked is not None else self._static_part(key)
+            if strategy is None:
+                strategy = static.strategy
             excluded += static.excluded
             if static.eligible:
-                parts.append(self._ranked_part(model, model_prefs, model_shape, static, warm))
+                parts.append(ranked if ranked is not None and now < ranked.expires else
+                             self._ranked_part(key, static, now))
         if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
@@ -182,20 +182,20 @@ class Router:
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `pick.fallback_order`).
-        scored = self._score_live(head) if head.live_choice and head.live else None
-        chosen = self._choose(head, prefs, session, explicit, scored)
+        scored, trial = score_live(head, self.telemetry.in_flight, self.unavailable) \
+            if head.live_choice and head.live else (None, 0)
+        chosen = self._choose(head, prefs, session, explicit, scored, trial)
         if scored is None:
             i = head.index[chosen.endpoint.key]
-            candidates = (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
+            candidates = head.candidates if i == 0 and chosen is head.candidates[0] else \
+                (chosen, *head.candidates[:i], *head.candidates[i + 1:])  # slices: C speed
         else:
-            candidates = (chosen, *fallback_order(head, scored, chosen))
+            candidates = fallback_order(head, scored, chosen)
         for part in parts[1:]:
             candidates += part.candidates
-        strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
-                   f" speed={prefs.speed.value if prefs.speed else 'unset'}"
         spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
-        return Plan(model=primary, candidates=candidates, excluded=tuple(excluded),
-                    strategy=strategy, spills=spills, session_key=session, model_requests=own)
+        # Positional: a NamedTuple's keyword arguments cost a µs.
+        return Plan(primary, candidates, tuple(excluded), strategy or "default", spills, session, own)
 
     def _fallback_models(self, primary: str, request: ChatRequest, prefs: Preferences, shape: RequestShape
                          ) -> tuple[dict[str, tuple[Preferences, RequestShape]], dict[str, ChatRequest] | None]:
@@ -217,6 +217,8 @@ class Router:
     def _warm_holder(self, session: str | None, shape: RequestShape, prefs: Preferences) -> str | None:
         """The session's last endpoint, if `max_uncached_input_tokens` would filter it out as for a cold
         prompt while the cache it holds leaves less than that uncached: judged warm, it stays a candidate."""
+        if not self._uncached_limits:  # no endpoint has the limit: nothing to judge (most catalogues)
+            return None
         holder = self.sessions.holder(session) if session is not None and prefs.sticky is not False else None
         endpoint = None if holder is None else self._endpoints.get(holder.endpoint_key)
         limit = None if endpoint is None else endpoint.max_uncached_input_tokens
@@ -224,11 +226,13 @@ class Router:
             return None
         return holder.endpoint_key if shape.prompt_tokens - holder.input_tokens <= limit else None
 
-    def _static_part(self, model: str, prefs: Preferences, shape: RequestShape, warm: str | None = None) -> Static:
-        key = (model, prefs, shape, warm)
+    def _static_part(self, key: tuple[str, Preferences, RequestShape, str | None]) -> Static:
+        """Which endpoints of the model may serve, by (model, preferences, request shape, the session's
+        holder judged warm)."""
         hit = self._static.get(key)
         if hit is not None:
             return hit
+        model, prefs, shape, warm = key
         endpoints = self.catalogue.models[model]
         ranks = tier_ranks(prefs.speed, prefs.sort, (e.tier for e in endpoints), prefs.allow_fallbacks)
         eligible, excluded = [], []
@@ -246,7 +250,9 @@ class Router:
                 excluded.append(Exclusion(e.key, reason))
         if len(self._static) > _MAX_CACHE:
             self._static.clear()
-        static = self._static[key] = Static(tuple(eligible), tuple(excluded))
+        strategy = f"policy={prefs.policy_name} sort={prefs.sort.value if prefs.sort else 'default'}" \
+                   f" speed={prefs.speed.value if prefs.speed else 'unset'}"
+        static = self._static[key] = Static(tuple(eligible), tuple(excluded), strategy)
         return static
 
     def speed_model(self, endpoint_key: str) -> SpeedModel | None:
@@ -263,13 +269,10 @@ class Router:
                               shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key), n_tokens)
         return Candidate(endpoint, figures, tier_rank)
 
-    def _ranked_part(self, model: str, prefs: Preferences, shape: RequestShape,
-                     static: Static, warm: str | None = None) -> Ranked:
-        key = (model, prefs, shape, warm)
-        now = self._clock()
-        hit = self._ranked.get(key)
-        if hit is not None and now < hit.expires:
-            return hit
+    def _ranked_part(self, key: tuple[str, Preferences, RequestShape, str | None], static: Static,
+                     now: float) -> Ranked:
+        """The ranking of `_static_part(key)`'s endpoints, built now, kept `ranking_ttl_s`."""
+        _, prefs, shape, _ = key
         stats = {e.key: self.telemetry.stats(e.key, STATS_WINDOW_S) for e, _ in static.eligible}
         n_tokens = output_tokens(shape.max_tokens, stats.values())
         candidates = [self._candidate(e, tier_rank, shape, stats[e.key], n_tokens)
@@ -302,14 +305,26 @@ class Router:
                       if (age := stats[c.endpoint.key].age_s) is None or age > stale_after)
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
+        lead = tuple(c for c in group if not c.notes)
+        not_live = tuple(c for c in ordered if c not in live)
+        credits = tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
+                        for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else ()
         ranked = self._ranked[key] = Ranked(
+            static=static,
             expires=now + self.settings.ranking_ttl_s,
             candidates=tuple(ordered),
             spills=tuple(spills),
-            lead=tuple(c for c in group if not c.notes),
+            lead=lead,
+            lead_weights=cheap_weights(lead) if sort is None and len(lead) >= 2 else [],
             live=tuple(live),
-            not_live=tuple(c for c in ordered if c not in live),
+            not_live=not_live,
+            not_live_index={c.endpoint.key: i for i, c in enumerate(not_live)},
             curves=curves,
+            # Uncached: all as cold prompts, the session's holder is judged apart (stay.py).
+            fixed=tuple(Fixed(curves[c.endpoint.key], n_tokens, shape.prompt_tokens) for c in live),
+            live_ranks=tuple(c.tier_rank for c in live),
+            live_keys=tuple(c.endpoint.key for c in live),
+            flaky=any(curves[c.endpoint.key].error_rate > 0 for c in live),
             n_tokens=n_tokens,
             live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
             cold=tuple(c for c in group if c.figures.source != "measured"),
@@ -320,64 +335,40 @@ class Router:
             prompt_tokens=shape.prompt_tokens,
             stats=stats,
             sort=sort,
-            credits=tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
-                          for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else (),
+            credits=credits,
+            most_credit=max(credits, default=0.0),
             best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
                        for c in stale} if sort is Sort.E2E else {},
+            cold_costs={},
         )
         return ranked
 
     def _choose(self, ranked: Ranked, prefs: Preferences, session: str | None, explicit: bool,
-                scored: list[Scored] | None) -> Candidate:
-        """The first candidate, chosen now: sticky, explored, or the best with live load."""
+                scored: list[Scored] | None, trial: int) -> Candidate:
+        """The first candidate, chosen now: sticky, explored, or the best with live load (`scored`, with
+        the `trial` share: live.py)."""
         default = ranked.candidates[0]
         sticky, moved = self._sticky(ranked, session, explicit, prefs, scored)
         if sticky is not None:
             return sticky
         if moved is not None:  # the holder was judged not worth it: chosen as without a session, explained
-            chosen = self._choose(ranked, prefs, None, False, scored)
-            return replace(chosen, notes=(*chosen.notes, moved))
+            chosen = self._choose(ranked, prefs, None, False, scored, trial)
+            return Candidate(chosen.endpoint, chosen.figures, chosen.tier_rank, (*chosen.notes, moved))
         if prefs.order:
             return default
         if ranked.sort is not None:
             explored = self._explorer.pick(ranked, default, scored)
             if explored is not None:
-                return replace(explored, notes=(*explored.notes, "explore"))
+                return Candidate(explored.endpoint, explored.figures, explored.tier_rank, (*explored.notes, "explore"))
         if scored is not None:  # sort: throughput
-            return fastest_now(ranked, scored, self.settings.near_equal, self._rng)
+            return fastest_now(ranked, scored, self.settings.near_equal, self._rng,
+                               lambda s: predicted(ranked, s, trial))
         if len(ranked.lead) < 2 or ranked.lead[0] is not default:
             return default
         if ranked.sort is None:
-            return cheap_weighted(ranked.lead, self._rng)
+            return cheap_weighted(ranked.lead, self._rng, ranked.lead_weights)
         return best_of_head(ranked.lead[: self.settings.head_size], ranked.sort, self.telemetry.in_flight,
                             self.settings.near_equal, self._rng)
-
-    def _score_live(self, ranked: Ranked) -> list[Scored]:
-        """The live candidates re-predicted at their load as of now (the ranking is up to 250 ms old)."""
-        in_flight_of = self.telemetry.in_flight
-        loads = [in_flight_of(c.endpoint.key) for c in ranked.live]
-        # An endpoint known only by its claims takes a trial share: a few, or an even split of the
-        # load with this request (speed.TRIAL_CONCURRENCY), until it has been measured.
-        trial = max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
-        unavailable = self.unavailable
-        curves = [ranked.curves[c.endpoint.key] for c in ranked.live]
-        uncached = ranked.prompt_tokens  # all as cold prompts: the session's holder is judged apart (stay.py)
-        predictions = [k.predict(in_flight, ranked.n_tokens, trial, uncached)
-                       for k, in_flight in zip(curves, loads, strict=True)]
-        if ranked.sort is Sort.E2E:  # this request's own end-to-end time, not decode plus what it adds to others
-            predictions = [p if math.isinf(p.clean_s) else Prediction(
-                p.decode_tps, p.ttft_s, p.load, p.e2e_s, p.marginal_s,
-                p.e2e_s * k.penalty * (1.0 + ERROR_PENALTY * k.error_rate), p.e2e_s * k.penalty)
-                for p, k in zip(predictions, curves, strict=True)]
-        # One dispatch would skip counts as full: not chosen, and last in the fallback order.
-        clean = [inf if unavailable is not None and unavailable(c.endpoint.key) else p.clean_s
-                 for c, p in zip(ranked.live, predictions, strict=True)]
-        scores = fallback_scores(clean, curves, predictions)  # a failure priced by what it falls back to
-        if ranked.credits:  # an agent's next turn will be cheaper where this one builds its cache (stay.py)
-            # As the time a candidate's cache would not save, so that scores stay positive (near ties).
-            most = max(ranked.credits)
-            scores = [score + most - credit for score, credit in zip(scores, ranked.credits, strict=True)]
-        return list(zip(scores, (c.tier_rank for c in ranked.live), loads, predictions, ranked.live, strict=True))
 
     def _curve(self, endpoint: Endpoint, stats: EndpointStats) -> Curve:
         k = endpoint.key
@@ -402,7 +393,7 @@ class Router:
         # any endpoint of the lead at random, the holder is as good a pick, and a conversation that
         # flapped between near-equal endpoints would lose its cache for nothing.
         if prefs.sticky or ranked.sort is None:
-            return replace(c, notes=("sticky",)), None
+            return Candidate(c.endpoint, c.figures, c.tier_rank, ("sticky",)), None
         verdict, figures = judge_stay(self, ranked, c, holder, scored)
         if not verdict.stay:
             return None, verdict.why

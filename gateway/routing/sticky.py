@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.context import ChatRequest
 
@@ -108,8 +108,9 @@ class SessionAffinity:
             self._table.popitem(last=False)
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
+    """(A tuple: one per turn judged, built in C.)"""
+
     stay: bool
     why: str  # for /v1/route: "stays: cache saves ~1.8 s prefill", "moves: ..."
 

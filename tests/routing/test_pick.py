@@ -8,7 +8,7 @@ from pathlib import Path
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures
-from gateway.routing.pick import best_of_head, cheap_weighted
+from gateway.routing.pick import best_of_head, cheap_weighted, cheap_weights
 from tests.routing.helpers import catalogue, endpoint
 
 
@@ -43,3 +43,17 @@ def test_without_a_sort_the_cheaper_is_picked_more_often(tmp_path: Path) -> None
     rng = random.Random(3)
     picks = [cheap_weighted(group, rng).endpoint.key for _ in range(2000)]
     assert 0.70 < picks.count(cheap.key) / len(picks) < 0.90  # 1/0.001 : 1/0.004 = 80%
+
+
+def test_the_weights_kept_with_a_ranking_draw_as_random_choices_does(tmp_path: Path) -> None:
+    """The ranking keeps the no-sort pick's cumulative weights (`cheap_weights`); a request then draws
+    with them exactly what `random.choices` draws from the weights (an unpriced endpoint at the mean)."""
+    cat = catalogue(tmp_path, [endpoint(f"p{i}") for i in range(5)])
+    costs = [0.001, None, 0.004, 0.0005, 0.002]
+    group = tuple(Candidate(e, Figures(100.0, 200.0, cost, 0, 5, "measured"), 0)
+                  for e, cost in zip(cat.endpoints(), costs, strict=True))
+    weights = [1.0 / x for x in (0.001, 0.001875, 0.004, 0.0005, 0.002)]
+    kept = cheap_weights(group)
+    a, b = random.Random(7), random.Random(7)
+    for _ in range(500):
+        assert cheap_weighted(group, a, kept) is b.choices(group, weights=weights)[0]
