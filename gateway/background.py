@@ -4,6 +4,7 @@
 when an outage starts and one when it ends, never one per failed round trip, and a count of
 failures for `/metrics`. (The telemetry store has its own, with backoff: `telemetry/redis_store.py`.)
 `cancel_and_wait`: stop a task and wait until it has stopped, even if a library loses a cancellation.
+`RefreshAhead`: rebuild a cached view on a timer just before it expires, off any request's path.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 
 class Outage:
@@ -68,3 +69,30 @@ async def cancel_and_wait(task: asyncio.Task[None] | None, log: logging.Logger |
         waited += RECANCEL_S
     with contextlib.suppress(asyncio.CancelledError):
         task.result()
+
+
+class RefreshAhead:
+    """Rebuild a cached view by a timer shortly before it expires, not in the request that would find
+    it expired: a rebuild costs a few hundred µs (the telemetry store's stats, the router's ranking),
+    and at 20 requests/s 1 request in 5 paid it before its upstream was even called (a paced stream's
+    time to first token, issue 32 item 11). A view is scheduled when it is read in the second half of
+    its life, so one that nobody reads is not kept fresh. Outside an event loop (a command, a test)
+    nothing is scheduled: the view is rebuilt when it has expired, as it always was."""
+
+    def __init__(self) -> None:
+        self._pending: set[Hashable] = set()
+
+    def schedule(self, key: Hashable, delay_s: float, rebuild: Callable[..., object], *args: object) -> None:
+        """Call `rebuild(*args)` in `delay_s`, unless `key` already has a timer."""
+        if key in self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._pending.add(key)
+        loop.call_later(max(delay_s, 0.0), self._run, key, rebuild, args)
+
+    def _run(self, key: Hashable, rebuild: Callable[..., object], args: tuple[object, ...]) -> None:
+        self._pending.discard(key)
+        rebuild(*args)

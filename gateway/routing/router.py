@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.background import RefreshAhead
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
@@ -96,6 +97,7 @@ class Router:
         # Keyed by (model, preferences, request shape, the session's holder judged warm: `_warm_holder`).
         self._static: dict[tuple[str, Preferences, RequestShape, str | None], Static] = {}
         self._ranked: dict[tuple[str, Preferences, RequestShape, str | None], Ranked] = {}
+        self._ahead = RefreshAhead()  # a ranking in use is rebuilt by a timer, not by a request
 
     def carry_over(self, old: Router) -> None:
         """After a reload: keep what `old` learnt (speed-vs-load models and capacities learned from
@@ -171,8 +173,12 @@ class Router:
                 strategy = static.strategy
             excluded += static.excluded
             if static.eligible:
-                parts.append(ranked if ranked is not None and now < ranked.expires else
-                             self._ranked_part(key, static, now))
+                if ranked is None or now >= ranked.expires:
+                    ranked = self._ranked_part(key, static, now)
+                elif now >= ranked.expires - self.settings.ranking_ttl_s / 2:
+                    self._ahead.schedule(key, ranked.expires - self.settings.ranking_ttl_s / 10 - now,
+                                         self._rebuild, key, ranked)
+                parts.append(ranked)
         if not parts:
             reasons = "; ".join(f"{e.endpoint_key}: {e.reason}" for e in excluded)
             raise NoMatchingEndpoint(f"No endpoint can serve this request. {reasons}", param="model")
@@ -268,6 +274,12 @@ class Router:
         figures = figures_for(endpoint, stats, self._speed.get(endpoint.key), in_flight,
                               shape.prompt_tokens, shape.max_tokens, self._capacity(endpoint.key), n_tokens)
         return Candidate(endpoint, figures, tier_rank)
+
+    def _rebuild(self, key: tuple[str, Preferences, RequestShape, str | None], old: Ranked) -> None:
+        """`RefreshAhead`'s timer: the ranking `old`, rebuilt just before it expires, unless it has
+        been dropped or replaced meanwhile (a first measurement or a slow-down clears the cache)."""
+        if self._ranked.get(key) is old:
+            self._ranked_part(key, old.static, self._clock())
 
     def _ranked_part(self, key: tuple[str, Preferences, RequestShape, str | None], static: Static,
                      now: float) -> Ranked:

@@ -14,7 +14,6 @@ call it from the event loop thread.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
+from gateway.background import RefreshAhead
 from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.stats import EndpointStats
@@ -123,7 +123,7 @@ class StoreBase(ABC):
         self._local: dict[str, _Local] = {}
         self._cache: dict[str, dict[float, tuple[float, EndpointStats]]] = {}
         self._ewma_moved: set[str] = set()  # endpoints whose cached stats show EWMAs that jumped since
-        self._refreshing: set[tuple[str, float]] = set()  # (endpoint, window) views with a refresh timer
+        self._ahead = RefreshAhead()  # (endpoint, window) views rebuilt before they expire
         self._next_sweep = 0.0
         self._log_error = _ErrorLog()
 
@@ -192,7 +192,7 @@ class StoreBase(ABC):
         250 ms old misses two or three of a fast endpoint's). Never raises.
 
         A view asked for past half its TTL is recomputed by a timer just before it expires
-        (`_refresh_later`), not by the request that would find it expired: recomputing costs a few
+        (`RefreshAhead`), not by the request that would find it expired: recomputing costs a few
         hundred µs, and that request paid them before its upstream was even called -- at 20 requests/s,
         1 request in 5 (a paced stream's time to first token, issue 32 item 11). The timer runs between
         requests' steps, off any one request's path to its first token. No view older than the TTL is
@@ -207,7 +207,8 @@ class StoreBase(ABC):
             hit = per_key.get(w)
             if hit is not None and 0.0 <= now - hit[0] < self.cache_ttl_s:
                 if now - hit[0] >= self.cache_ttl_s / 2:
-                    self._refresh_later(endpoint_key, w, hit[0] + self.cache_ttl_s * 0.9 - now)
+                    self._ahead.schedule((endpoint_key, w), hit[0] + self.cache_ttl_s * 0.9 - now,
+                                         self._refresh, endpoint_key, w)
                 return hit[1]
         try:
             if now >= self._next_sweep:
@@ -219,21 +220,7 @@ class StoreBase(ABC):
         self._cache.setdefault(endpoint_key, {})[w] = (now, st)
         return st
 
-    def _refresh_later(self, key: str, window_s: float, delay_s: float) -> None:
-        """Recompute the view of (`key`, `window_s`) in `delay_s`, once (it is then still within its TTL).
-        Outside an event loop (a command, a test) nothing is scheduled: the view is recomputed when it
-        has expired, as it always was."""
-        if (key, window_s) in self._refreshing:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._refreshing.add((key, window_s))
-        loop.call_later(delay_s, self._refresh, key, window_s)
-
     def _refresh(self, key: str, window_s: float) -> None:
-        self._refreshing.discard((key, window_s))
         try:
             now = self.clock()
             if now >= self._next_sweep:
