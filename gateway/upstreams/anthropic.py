@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ from gateway.upstreams.wire import (
     JsonTranslator,
     Outgoing,
     PassThroughEvents,
+    Read,
     chat_usage,
     error_chunk,
     loads,
@@ -269,6 +271,14 @@ _OTHERS = {b'{"type":"content_block_stop"': b"event: content_block_stop\ndata: "
 _OTHER_PREFIXES = tuple(_OTHERS)
 
 
+def _delta_token(payload: bytes) -> list[Chunk]:
+    """What one delta counts as. (`find`, not `in`: `bytes in bytes` first tries the needle as an
+    integer, and the TypeError it raises and clears costs more than the search.)"""
+    if payload.find(b'"type":"text_delta"') >= 0 or payload.find(b'"type":"input_json_delta"') >= 0:
+        return ANSWER_TOKEN
+    return REASONING_TOKEN if payload.find(b'"type":"thinking_delta"') >= 0 else NO_TOKEN
+
+
 class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
     """Pass-through for a Messages client: every event is still translated (so it is measured),
     and kept as it came -- thinking with its signature, tool_use, unknown blocks -- for the client:
@@ -278,20 +288,56 @@ class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
     def __init__(self, model: str, whole: bool) -> None:
         MessagesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
-        self._seen: list[dict[str, Any] | bytes] = []  # whole: the events, parsed or (unparsed ones) not yet
+        # Whole: the events in order, parsed, or (runs of deltas) as lists of their payloads, parsed at the end.
+        self._seen: list[dict[str, Any] | list[bytes]] = []
 
     def events(self, payload: bytes) -> list[Chunk] | None:
         if payload.startswith(_DELTA):  # most events
             if self.whole:
-                self._seen.append(payload)  # parsed with the others at the end, in one call
+                self._seen.append([payload])  # parsed with the others at the end, in one call
             else:
-                self._out.append(_DELTA_EVENT + payload + b"\n\n")
-            if b'"type":"text_delta"' in payload or b'"type":"input_json_delta"' in payload:
-                return ANSWER_TOKEN
-            return REASONING_TOKEN if b'"type":"thinking_delta"' in payload else NO_TOKEN
+                self._out += (_DELTA_EVENT, payload, b"\n\n")
+            return _delta_token(payload)
+        return self._other(payload)
+
+    def read(self, payloads: list[bytes]) -> Read:
+        """The events of one network read, as `events()` takes them one by one, with the deltas (most
+        of them) handled inline and their tokens counted in one pass over them all."""
+        whole = self.whole
+        out = self._out
+        deltas: list[bytes] = []
+        run: list[bytes] = []  # whole: the deltas since the last other event
+        chunks: list[Chunk | None] = []
+        for payload in payloads:
+            if payload.startswith(_DELTA):
+                deltas.append(payload)
+                if whole:
+                    run.append(payload)
+                else:
+                    out += (_DELTA_EVENT, payload, b"\n\n")
+                continue
+            if run:
+                self._seen.append(run)
+                run = []
+            translated = self._other(payload)
+            if translated is None:
+                chunks.append(None)
+            else:
+                chunks += translated
+        if run:
+            self._seen.append(run)
+        if not deltas:
+            return 0, False, chunks
+        # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
+        joined = b"".join(deltas)
+        answer = joined.count(b'"type":"text_delta"') + joined.count(b'"type":"input_json_delta"')
+        return answer + joined.count(b'"type":"thinking_delta"'), answer > 0, chunks
+
+    def _other(self, payload: bytes) -> list[Chunk] | None:
+        """An event other than a delta: kept for the client, and translated for the meter."""
         if payload.startswith(_OTHER_PREFIXES):
             if not self.whole:  # (the message assembled from a whole stream needs neither)
-                self._out.append(_OTHERS[payload[:payload.find(b'"', 9) + 1]] + payload + b"\n\n")
+                self._out += (_OTHERS[payload[:payload.find(b'"', 9) + 1]], payload, b"\n\n")
             return NO_TOKEN
         event = loads(payload)
         if event is None:
@@ -304,24 +350,33 @@ class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
         if self.whole:
             self._seen.append(event)
         elif kind != "error":  # an error event is rendered by the gateway, as any failure is
-            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+            self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")
         return self.translate(event)
 
     def result(self) -> dict[str, Any]:
-        unparsed = [e for e in self._seen if type(e) is bytes]
+        runs = [e for e in self._seen if type(e) is list]
+        count = sum(map(len, runs))
         try:
-            values = orjson.loads(b"[" + b",".join(unparsed) + b"]")
+            values = orjson.loads(b"[" + b",".join(chain.from_iterable(runs)) + b"]")
         except orjson.JSONDecodeError:
             values = None
-        if values is None or len(values) != len(unparsed):  # a malformed one: each on its own, it left out
-            values = [loads(e) or {} for e in unparsed]
-        parsed = iter(values)
-        return assemble_message([next(parsed) if type(e) is bytes else e for e in self._seen])  # type: ignore[misc]
+        if values is None or len(values) != count:  # a malformed one: each on its own, it left out
+            values = [loads(p) or {} for run in runs for p in run]
+        events: list[dict[str, Any]] = []
+        at = 0
+        for seen in self._seen:
+            if type(seen) is list:
+                events += values[at:at + len(seen)]
+                at += len(seen)
+            else:
+                events.append(seen)  # type: ignore[arg-type]
+        return assemble_message(events)
 
 
 # A delta's type -> the field of its block its pieces make (joined at the end).
 _PIECES = {"text_delta": ("text", "text"), "thinking_delta": ("thinking", "thinking"),
            "input_json_delta": ("partial_json", "partial_json")}
+_ABSENT = object()
 
 
 def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -329,6 +384,8 @@ def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
     message: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
     pieces: dict[tuple[int, str], list[str]] = {}  # (block index, field) -> its deltas, joined at the end
+    into: list[str] = []  # the pieces of the last delta's block and field: most deltas continue it
+    last: tuple[int, tuple[str, str] | None] = (-1, None)
     for event in events:
         if type(event) is not dict:
             continue
@@ -339,9 +396,11 @@ def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             piece = _PIECES.get(delta.get("type"))  # type: ignore[arg-type]
             if piece is not None:
-                field, key = piece
-                if key in delta:
-                    pieces.setdefault((index, field), []).append(str(delta[key]))
+                text = delta.get(piece[1], _ABSENT)
+                if text is not _ABSENT:
+                    if (index, piece) != last:
+                        into, last = pieces.setdefault((index, piece[0]), []), (index, piece)
+                    into.append(text if type(text) is str else str(text))
             elif "signature" in delta:
                 blocks[index]["signature"] = delta["signature"]
             elif "citation" in delta:

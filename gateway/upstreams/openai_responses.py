@@ -33,6 +33,7 @@ from gateway.upstreams.wire import (
     JsonTranslator,
     Outgoing,
     PassThroughEvents,
+    Read,
     chat_usage,
     error_chunk,
     loads,
@@ -180,6 +181,7 @@ class ResponsesTranslator(JsonTranslator):
 
 
 _DELTA = b'{"type":"response.'
+_KIND_AT = len(_DELTA) - len(b"response.")  # where an event's type begins
 # Events a pass-through forwards unparsed, and what each counts as for the meter: the deltas (one
 # per token), and the events that translate to nothing and hold no `response` (whose model is renamed).
 _UNPARSED = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_call_arguments.delta": ANSWER_TOKEN,
@@ -208,13 +210,41 @@ class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
 
     def events(self, payload: bytes) -> list[Chunk] | None:
         if payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
-            end = payload.find(b'"', len(_DELTA))
-            kind = payload[len(_DELTA) - len(b"response."):end]
+            kind = payload[_KIND_AT:payload.find(b'"', len(_DELTA))]
             token = self._unparsed.get(kind)
             if token is not None:
                 if not self.whole:
-                    self._out.append(b"event: " + kind + b"\ndata: " + payload + b"\n\n")
+                    self._out += (b"event: ", kind, b"\ndata: ", payload, b"\n\n")
                 return token
+        return self._parsed(payload)
+
+    def read(self, payloads: list[bytes]) -> Read:
+        """The events of one network read, as `events()` takes them one by one, with the ones that are
+        not parsed (most of them) handled inline."""
+        unparsed, whole, out = self._unparsed, self.whole, self._out
+        tokens = 0
+        answered = False
+        chunks: list[Chunk | None] = []
+        for payload in payloads:
+            if payload.startswith(_DELTA):
+                kind = payload[_KIND_AT:payload.find(b'"', len(_DELTA))]
+                token = unparsed.get(kind)
+                if token is not None:
+                    if not whole:
+                        out += (b"event: ", kind, b"\ndata: ", payload, b"\n\n")
+                    if token:
+                        tokens += 1
+                        answered = answered or token is ANSWER_TOKEN
+                    continue
+            translated = self._parsed(payload)
+            if translated is None:
+                chunks.append(None)
+            else:
+                chunks += translated
+        return tokens, answered, chunks
+
+    def _parsed(self, payload: bytes) -> list[Chunk] | None:
+        """An event that is parsed: kept for the client with its `response.model` renamed, and translated."""
         event = loads(payload)
         if event is None:
             return None
@@ -226,7 +256,7 @@ class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
             if kind in ("response.completed", "response.incomplete"):
                 self._final = response
         if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
-            self._out.append(b"event: " + str(kind).encode() + b"\ndata: " + payload + b"\n\n")
+            self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")
         return self.translate(event)
 
     def result(self) -> dict[str, Any]:

@@ -367,11 +367,12 @@ class TranslatedStream(UpstreamStream):
         return self.translator.served_tier
 
     def _parse(self, payloads: list[bytes], now: float, defer: bool = False) -> list[Event]:
-        """As a chat stream's, from the translator's chunks: no JSON round trip. Their bytes are made
-        for a chat client's SSE only (a pass-through client gets the upstream's own events)."""
+        """As a chat stream's, from the translator's chunks: no JSON round trip. (A pass-through
+        client gets the upstream's own events: `_parse_native`.)"""
+        if self.native is not None:
+            return self._parse_native(payloads, now)
         meter = self.meter
         translate = self.translator.events
-        encode = self.native is None
         out: list[Event] = []
         texts: list[str] = []
         tokens = 0
@@ -401,6 +402,31 @@ class TranslatedStream(UpstreamStream):
                         tokens += 1
                 elif chunk.get("usage"):
                     meter.usage = chunk["usage"]
-                out.append((orjson.dumps(chunk) if encode else b"", chunk))
+                out.append((orjson.dumps(chunk), chunk))
         self._metered(tokens, answered, texts, now)
         return out
+
+    def _parse_native(self, payloads: list[bytes], now: float) -> list[Event]:
+        """A pass-through read: the translator keeps its events for the client and counts their
+        tokens (`read`); what is left for the meter is the chunks of its few other events (usage,
+        the end, an error). One event stands for the read: the relay only needs to know one came."""
+        meter = self.meter
+        tokens, answered, chunks = self.native.read(payloads)
+        for chunk in chunks:
+            if chunk is None:
+                meter.malformed += 1
+            elif chunk is END:
+                meter.done = True
+            elif "error" in chunk:
+                raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+            elif chunk["choices"]:
+                delta = chunk["choices"][0]["delta"]
+                if delta.get("content") or delta.get("tool_calls"):  # (a tool call's start)
+                    tokens += 1
+                    answered = True
+                elif delta.get("reasoning_content"):
+                    tokens += 1
+            elif chunk.get("usage"):
+                meter.usage = chunk["usage"]
+        self._metered(tokens, answered, (), now)
+        return [(b"", {})] if tokens or chunks else []

@@ -25,6 +25,10 @@ END: Chunk = {"object": "end"}  # the end of the answer (chat's `[DONE]`); compa
 ANSWER_TOKEN: list[Chunk] = [{"choices": [{"delta": {"content": "-"}}]}]
 REASONING_TOKEN: list[Chunk] = [{"choices": [{"delta": {"reasoning_content": "-"}}]}]
 NO_TOKEN: list[Chunk] = []
+# What a pass-through translator makes of one network read's events (`PassThroughEvents.read`): the
+# token events among them, whether any was answer (not reasoning), and the chunks its other events
+# translate to (role, finish, usage, `END`, errors), None for each malformed one.
+Read = tuple[int, bool, list[Chunk | None]]
 
 
 class Translator(Protocol):
@@ -100,6 +104,9 @@ class PassThroughEvents:
         out, self._out = b"".join(self._out), []
         return out
 
+    def read(self, payloads: list[bytes]) -> Read:
+        raise NotImplementedError
+
 
 def error_chunk(message: str, status: int, kind: str | None) -> Chunk:
     """An error event as the stream reader raises it (its `code`: the HTTP status it stands for)."""
@@ -129,4 +136,4 @@ def loads(payload: bytes) -> dict[str, Any] | None:
 
 
 __all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "JsonTranslator", "Outgoing",
-           "PassThroughEvents", "Translator", "chat_usage", "error_chunk", "loads"]
+           "PassThroughEvents", "Read", "Translator", "chat_usage", "error_chunk", "loads"]

@@ -5,10 +5,43 @@ text, a tool_use's input)."""
 
 from __future__ import annotations
 
-import orjson
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
+import orjson
+import pytest
+
+from gateway.config import Endpoint, build_catalogue, parse_catalogue
 from gateway.upstreams.anthropic import MessagesPassThrough
+from gateway.upstreams.openai_responses import ResponsesPassThrough
+from gateway.upstreams.stream import Meter, TranslatedStream
 from gateway.upstreams.wire import ANSWER_TOKEN, END, NO_TOKEN, REASONING_TOKEN
+
+
+class _Reads:
+    """An upstream response whose body is the one network read `raw`."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.status_code = 200
+        self.headers: Mapping[str, str] = {}
+        self._raw = raw
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        yield self._raw
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._body()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _endpoint() -> Endpoint:
+    data = {"providers": {"p": {"base_url": "http://p.test/v1", "api": "anthropic"}},
+            "models": {"m": {"endpoints": [{"provider": "p", "model": "up", "id": "p/e",
+                                            "price": {"input": 1, "output": 2}}]}}}
+    return build_catalogue(parse_catalogue(data, "t.yaml"), "t.yaml", env={}).endpoints()[0]
 
 
 def _delta(index: int, delta: dict[str, object]) -> bytes:
@@ -71,3 +104,84 @@ def test_a_streamed_answer_is_the_upstreams_events_as_they_came_model_renamed() 
                                            else b"event: content_block_delta" for p in STREAM]
     assert [data for _, data in events[1:]] == STREAM[1:]  # byte for byte
     assert orjson.loads(events[0][1])["message"]["model"] == "public-model"
+
+
+def _response(status: str, output: list[dict[str, object]]) -> dict[str, object]:
+    body: dict[str, object] = {"id": "resp_1", "object": "response", "status": status, "model": "upstream-model",
+                               "output": output, "service_tier": "priority"}
+    if status == "completed":
+        body["usage"] = {"input_tokens": 9, "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 2}}
+    return body
+
+
+_REASONING = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "ZW5j"}
+_CALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+RESPONSES = [orjson.dumps({"type": kind, **fields, "sequence_number": n}) for n, (kind, fields) in enumerate([
+    ("response.created", {"response": _response("in_progress", [])}),
+    ("response.in_progress", {"response": _response("in_progress", [])}),
+    ("response.output_item.added", {"output_index": 0, "item": {**_REASONING, "encrypted_content": None}}),
+    ("response.reasoning_summary_text.delta", {"output_index": 0, "delta": "Hm"}),
+    ("response.output_item.done", {"output_index": 0, "item": _REASONING}),
+    ("response.output_text.delta", {"output_index": 1, "delta": "Hi"}),
+    ("response.output_text.delta", {"output_index": 1, "delta": " \"there\""}),
+    ("response.some_new_event", {"output_index": 1, "extra": [1, 2]}),
+    ("response.output_item.added", {"output_index": 2, "item": {**_CALL, "arguments": ""}}),
+    ("response.function_call_arguments.delta", {"output_index": 2, "delta": "{}"}),
+    ("response.completed", {"response": _response("completed", [_REASONING, _CALL])}),
+])] + [b'{"type":"response.output_text.delta","delta":"cut']  # malformed
+
+
+def _one_by_one(native: MessagesPassThrough | ResponsesPassThrough, payloads: list[bytes]) -> tuple[int, list[Any]]:
+    """What `events()` makes of the payloads one at a time: their token chunks, and every other chunk."""
+    tokens, others = 0, []
+    for payload in payloads:
+        chunks = native.events(payload)
+        if chunks is ANSWER_TOKEN or chunks is REASONING_TOKEN:
+            tokens += 1
+        else:
+            others += [None] if chunks is None else chunks
+    return tokens, others
+
+
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("kind", ["messages", "responses"])
+def test_a_read_taken_whole_counts_and_keeps_what_its_events_one_by_one_do(kind: str, whole: bool) -> None:
+    """`read()` takes a network read's events in one call (the deltas handled inline, their tokens
+    counted over them all): the same tokens, the same chunks for the meter, and the same bytes for a
+    streaming client or answer for a JSON one as `events()` gives them one by one -- however the
+    stream is cut into reads."""
+    make, payloads = ((lambda: MessagesPassThrough("public-model", whole)), STREAM) if kind == "messages" else \
+        ((lambda: ResponsesPassThrough("public-model", whole)), RESPONSES)
+    single = make()
+    tokens, others = _one_by_one(single, payloads)
+    sent, whole_answer = single.take(), single.result()
+    for cuts in ([], [3], [1, 4, 9], list(range(1, len(payloads)))):
+        batched = make()
+        batched.head.created = single.head.created  # (chunks say when their translator was made)
+        counted, answered, chunks = 0, False, []
+        for start, end in zip([0, *cuts], [*cuts, len(payloads)], strict=True):
+            n, answer, more = batched.read(payloads[start:end])
+            counted, answered, chunks = counted + n, answered or answer, chunks + more
+        assert (counted, answered) == (tokens, True)
+        assert orjson.dumps(chunks) == orjson.dumps(others)  # (fresh chunk dicts: compared as JSON)
+        assert batched.take() == sent and (sent == b"") == whole
+        assert batched.result() == whole_answer
+        assert batched.served_tier == single.served_tier is not None
+
+
+async def test_a_pass_through_stream_is_metered_from_its_reads_whole() -> None:
+    """The meter of a pass-through stream read in one network read: every token (a tool call's start
+    among them), the usage the upstream reported, its end and its malformed event."""
+    endpoint = _endpoint()
+    raw = b"".join(b"event: x\ndata: " + payload + b"\n\n" for payload in STREAM)
+    stream = TranslatedStream(endpoint, _Reads(raw), Meter(t_sent=time.perf_counter()), 5.0,
+                              translator=MessagesPassThrough("public-model", True))
+    await stream.open_gate(5.0)
+    while await stream.next_batch() is not None:
+        pass
+    meter = stream.meter
+    # 2 thinking, 3 text (the malformed delta's bytes say text_delta), the tool_use start, 2 of its input
+    assert meter.token_chunks == 8 and meter.t_first_answer is not None and meter.done
+    assert meter.usage is not None and meter.usage["completion_tokens"] == 6 and not meter.usage_estimated
+    assert stream.served_tier == "fast" and stream.native is not None
+    assert stream.native.result()["content"][2]["input"] == {"city": "Paris"}
