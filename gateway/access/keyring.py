@@ -6,6 +6,11 @@ it changed, so a revoked key stops working within about that long on every repli
 is not in the view triggers one reload (at most one every `miss_refresh_s`, shared by all waiting
 requests), so a key created a moment ago on another replica works at once, while a flood of wrong
 keys costs the store at most a few reads a second. Store unreachable: the last view stays in force.
+
+At start there is no last view: an unreadable store is read again, with backoff, for `start_timeout_s`
+(a Redis Cluster electing a new primary, or one slow under load, answers within seconds), and only
+then stops the gateway. Starting without keys instead would refuse every client with a 401, a wrong
+answer; not starting lets the orchestrator's restart and readiness do their job.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from gateway.access.keys import ApiKey
 from gateway.access.store import KeyStore, KeyStoreError
@@ -22,8 +29,10 @@ log = logging.getLogger("ultraroute.access")
 
 
 class KeyRing:
-    def __init__(self, store: KeyStore, refresh_s: float = 1.0, miss_refresh_s: float = 0.5) -> None:
+    def __init__(self, store: KeyStore, refresh_s: float = 1.0, miss_refresh_s: float = 0.5,
+                 start_timeout_s: float = 15.0) -> None:
         self.store = store
+        self.start_timeout_s = start_timeout_s
         self.refresh_s = refresh_s
         self.miss_refresh_s = miss_refresh_s
         self.by_hash: dict[str, ApiKey] = {}
@@ -35,9 +44,20 @@ class KeyRing:
         self.outage = Outage(log, "client keys", "using the keys last loaded", store="the key store")
 
     async def start(self) -> None:
-        """Load the keys (a store that cannot be read at start is an error), then keep them fresh."""
-        await self.reload()
+        """Load the keys, then keep them fresh. `KeyStoreError` if the store stays unreadable for
+        `start_timeout_s`."""
+        retrying = AsyncRetrying(retry=retry_if_exception_type(KeyStoreError), reraise=True,
+                                 stop=stop_after_delay(self.start_timeout_s),
+                                 wait=wait_exponential(multiplier=0.1, max=2.0), before_sleep=self._start_failed)
+        async for attempt in retrying:
+            with attempt:
+                await self.reload()
         self._task = asyncio.create_task(self._poll())
+
+    def _start_failed(self, state: RetryCallState) -> None:
+        err = state.outcome.exception() if state.outcome else None
+        log.warning("client keys: cannot load them at start (%s); trying again for up to %.0f s",
+                    err, self.start_timeout_s)
 
     async def stop(self) -> None:
         for task in (self._task, self._reload):

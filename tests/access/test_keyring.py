@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gateway.access.keyring import KeyRing
 from gateway.access.keys import KeySpec, hash_secret, new_key
 from gateway.access.store import FileKeyStore, KeyStoreError
@@ -62,3 +64,39 @@ async def test_poll_picks_up_revocation_and_survives_a_broken_store(tmp_path: Pa
         assert ring.active_count() == 0 and key.id in ring.by_id  # the last view stays in force
     finally:
         await ring.stop()
+
+
+class FlakyStore(FileKeyStore):
+    """Unreadable for its first `failures` reads, as a Redis Cluster is while it elects a primary."""
+
+    def __init__(self, path: Path, failures: int) -> None:
+        super().__init__(path)
+        self.failures = failures
+        self.reads = 0
+
+    async def version(self) -> str:
+        self.reads += 1
+        if self.reads <= self.failures:
+            raise KeyStoreError("Redis: cannot read the keys' version (Timeout reading from redis)")
+        return await super().version()
+
+
+async def test_a_store_unreadable_for_a_moment_at_start_is_read_again(tmp_path: Path) -> None:
+    key, secret = new_key(KeySpec(name="a"))
+    await FileKeyStore(tmp_path / "keys.json").save(key)
+    store = FlakyStore(tmp_path / "keys.json", failures=2)
+    ring = KeyRing(store, refresh_s=60, start_timeout_s=10)
+    await ring.start()
+    try:
+        assert store.reads == 3
+        assert await ring.lookup(hash_secret(secret)) == key
+    finally:
+        await ring.stop()
+
+
+async def test_a_store_that_stays_unreadable_stops_the_start_after_its_timeout(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path / "keys.json", failures=10**6)
+    ring = KeyRing(store, refresh_s=60, start_timeout_s=0.3)
+    with pytest.raises(KeyStoreError, match="keys' version"):
+        await ring.start()
+    assert store.reads >= 2  # tried again before giving up
