@@ -11,7 +11,8 @@ httpx client costs ~2.5 ms of CPU per request, httpx over aiohttp (`httpx-aiohtt
 itself ~0.35 ms; httpx's own wrapping was most of the gateway's budget. aiohttp's connector takes an
 idle connection from a per-host deque in O(1), so one pool per provider is enough (httpcore scanned
 every connection per request, which is why pools used to be sharded). Its connections are tuned for
-streams in upstreams/aiohttp_tuned.py.
+streams in upstreams/aiohttp_tuned.py, and a request is written on them without aiohttp's per-request
+machinery by upstreams/aiohttp_post.py (its head made once per provider URL).
 
 The test seam stays httpx's: given a `transport_factory` (e.g. one returning `httpx.MockTransport`),
 `Upstreams` sends through an `httpx.AsyncClient` on that transport instead, and returns the
