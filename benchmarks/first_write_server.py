@@ -7,10 +7,10 @@ first_write.py compiles, whose two functions issue callgrind's client requests: 
 on/off) and `dump(label)` (write the counts since the last dump, labelled, and zero them).
 
 Collection is on from a chat request's ASGI entry to the write of its upstream request (aiohttp's
-writer), off while the upstream thinks, and on again from the upstream's first bytes to the first
-body write to the client. Each stretch is dumped under the label of the mark where it ends; in the
-gateway, marks at its stages' entries and exits split the two stretches further (a mark whose
-function a checkout lacks is left out).
+writer, or the gateway's own `write_request`), off while the upstream thinks, and on again from the
+upstream's first bytes to the first body write to the client. Each stretch is dumped under the label
+of the mark where it ends; in the gateway, marks at its stages' entries and exits split the two
+stretches further (a mark whose function a checkout lacks is left out).
 
 Under valgrind a request takes ~50x longer, so the caches that expire by the clock (the router's
 ranking, the telemetry views) would be rebuilt inside every request; here they are kept (TTLs lifted),
@@ -68,6 +68,12 @@ def main() -> None:
     if GATEWAY:
         sys.path.insert(0, os.getcwd())
         _mark_gateway(dump)
+        try:  # a gateway that writes its provider requests itself (upstreams/aiohttp_post.py)
+            import gateway.upstreams.aiohttp_post as lean
+        except ImportError:
+            pass
+        else:
+            lean.write_request = on_upstream_write(lean.write_request)  # type: ignore[assignment]
     load = uvicorn.Config.load
 
     def loaded(config: uvicorn.Config) -> None:
@@ -148,7 +154,8 @@ def _mark_gateway(dump: Callable[[str], None]) -> None:
         cls.__init__ = made  # type: ignore[misc]
 
     lifted(router.Router, lambda r: setattr(r, "settings", dataclasses.replace(r.settings, ranking_ttl_s=1e9)))
-    lifted(store.TelemetryStore, lambda t: setattr(t, "cache_ttl_s", 1e9))
+    # The stores' common base (TelemetryStore is a Protocol: a lift there never reaches a store).
+    lifted(getattr(store, "StoreBase", store.TelemetryStore), lambda t: setattr(t, "cache_ttl_s", 1e9))
 
     def around(owner: Any, name: str, before: str | None, after: str | None) -> None:
         function = getattr(owner, name, None)

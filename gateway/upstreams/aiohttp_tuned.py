@@ -19,7 +19,8 @@ aiohttp offers no setting for either class (its C parser makes the reader with a
 `_factory` is how its connector makes protocols), so both lean on its internals: pyproject.toml bounds
 aiohttp to the releases that have them (3.14: `resume_reading(resume_parser)`), the loopback tests in
 tests/upstreams/test_aiohttp_tuned.py pin them, and `connector_class()` checks them once at start-up: where one
-is missing (an install outside the bounds), the gateway runs aiohttp's stock classes, slower but correct,
+is missing (an install outside the bounds), the gateway runs aiohttp's stock classes (and sends its requests
+through `ClientSession.post()`, not upstreams/aiohttp_post.py), slower but correct,
 and says so in one warning, rather than fail with a TypeError in the middle of a stream.
 """
 
@@ -31,6 +32,7 @@ import logging
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractCookieJar
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 
@@ -115,6 +117,10 @@ class StreamConnector(aiohttp.TCPConnector):
 _READER_SLOTS = ("_buffer", "_buffer_offset", "_size", "_cursor", "_http_chunk_splits", "_timer", "_protocol")
 _READER_METHODS = ("_read_nowait", "begin_http_chunk_receiving", "end_http_chunk_receiving", "is_eof")
 _HANDLER_FIELDS = ("_payload", "_reading_paused")  # set in its (or its bases') __init__, not on the class
+# What upstreams/aiohttp_post.py's requests (sent with the tuned classes) touch.
+_SESSION_FIELDS = ("_read_bufsize", "_max_line_size", "_max_field_size", "_max_headers", "_response_class")
+_RESPONSE_PARAMS = ("timer", "read_until_eof", "auto_decompress", "read_timeout", "read_bufsize",
+                    "timeout_ceil_threshold", "max_line_size", "max_field_size", "max_headers")
 
 
 def missing_internals() -> list[str]:
@@ -129,6 +135,22 @@ def missing_internals() -> list[str]:
         missing.append("ResponseHandler.resume_reading(resume_parser)")
     if "_factory" not in aiohttp.BaseConnector.__init__.__code__.co_names:
         missing.append("BaseConnector._factory")
+    return missing + _missing_for_posts()
+
+
+def _missing_for_posts() -> list[str]:
+    session_init = aiohttp.ClientSession.__init__.__code__.co_names
+    missing = [f"ClientSession.{name}" for name in _SESSION_FIELDS if name not in session_init]
+    if "_timeout_ceil_threshold" not in aiohttp.BaseConnector.__init__.__code__.co_names:
+        missing.append("BaseConnector._timeout_ceil_threshold")
+    params = inspect.signature(ResponseHandler.set_response_params).parameters
+    missing += [f"ResponseHandler.set_response_params({name})" for name in _RESPONSE_PARAMS if name not in params]
+    if "stream_writer" not in inspect.signature(aiohttp.ClientResponse.__init__).parameters:
+        missing.append("ClientResponse(stream_writer)")
+    if not hasattr(aiohttp.ClientResponse, "_raw_cookie_headers"):
+        missing.append("ClientResponse._raw_cookie_headers")
+    if not hasattr(AbstractCookieJar, "update_cookies_from_headers"):
+        missing.append("AbstractCookieJar.update_cookies_from_headers()")
     return missing
 
 

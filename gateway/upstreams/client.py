@@ -11,7 +11,8 @@ httpx client costs ~2.5 ms of CPU per request, httpx over aiohttp (`httpx-aiohtt
 itself ~0.35 ms; httpx's own wrapping was most of the gateway's budget. aiohttp's connector takes an
 idle connection from a per-host deque in O(1), so one pool per provider is enough (httpcore scanned
 every connection per request, which is why pools used to be sharded). Its connections are tuned for
-streams in upstreams/aiohttp_tuned.py.
+streams in upstreams/aiohttp_tuned.py, and a request is written on them without aiohttp's per-request
+machinery by upstreams/aiohttp_post.py (its head made once per provider URL).
 
 The test seam stays httpx's: given a `transport_factory` (e.g. one returning `httpx.MockTransport`),
 `Upstreams` sends through an `httpx.AsyncClient` on that transport instead, and returns the
@@ -30,6 +31,7 @@ import httpx
 from yarl import URL
 
 from gateway.config import Endpoint, Provider
+from gateway.upstreams.aiohttp_post import PostTarget, post
 from gateway.upstreams.aiohttp_tuned import StreamConnector
 
 TransportFactory = Callable[[Provider], httpx.AsyncBaseTransport]
@@ -177,8 +179,8 @@ class Upstreams:
         self._providers = dict(providers)
         self._transport_factory = transport_factory
         self._connector_class = connector_class
-        self._urls = {name: URL(p.base_url.rstrip("/") + "/chat/completions") for name, p in providers.items()}
-        self._other_urls: dict[tuple[str, str], URL] = {}
+        # Made on a provider's first request to a path, for its session (a reload's new session gets new ones).
+        self._targets: dict[tuple[str, str], PostTarget] = {}
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._test_clients: dict[str, httpx.AsyncClient] | None = None
         if transport_factory is not None:
@@ -191,7 +193,7 @@ class Upstreams:
         following = Upstreams({n: p for n, p in providers.items() if n not in same}, self._transport_factory,
                               self._connector_class)
         following._providers = dict(providers)
-        following._urls.update((n, self._urls[n]) for n in same)
+        following._targets.update((key, t) for key, t in self._targets.items() if key[0] in same)
         following._sessions.update((n, s) for n, s in self._sessions.items() if n in same)
         if following._test_clients is not None and self._test_clients is not None:
             following._test_clients.update((n, self._test_clients[n]) for n in same)
@@ -211,13 +213,14 @@ class Upstreams:
         session = self._sessions.get(name)
         if session is None:
             session = self._sessions[name] = _session(self._providers[name], self._connector_class)
-        if path == "/chat/completions":
-            url = self._urls[name]
-        else:  # /messages, /responses, ...: made once per provider and path
-            url = self._other_urls.get((name, path))
-            if url is None:
-                url = self._other_urls[(name, path)] = URL(self._providers[name].base_url.rstrip("/") + path)
-        response = await session.post(url, data=body, headers=headers, allow_redirects=False)
+        target = self._targets.get((name, path))
+        if target is None:
+            url = URL(self._providers[name].base_url.rstrip("/") + path)
+            target = self._targets[(name, path)] = PostTarget(session, url)
+        if headers or self._connector_class is not StreamConnector:  # per-request headers; aiohttp's stock classes
+            response = await session.post(target.url, data=body, headers=headers, allow_redirects=False)
+        else:
+            response = await post(session, target, body)
         return _AiohttpResponse(response)
 
     async def aclose(self) -> None:

@@ -67,11 +67,12 @@ class RawProvider:
 
     @asynccontextmanager
     async def upstreams(
-        self, connector: type[aiohttp.TCPConnector] = StreamConnector
+        self, connector: type[aiohttp.TCPConnector] = StreamConnector, host: str = "127.0.0.1"
     ) -> AsyncIterator[tuple[Upstreams, Endpoint]]:
+        """`host`: how the provider's URL names the server (which listens on 127.0.0.1)."""
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        file = parse_catalogue({"providers": {"raw": {"base_url": f"http://127.0.0.1:{port}/v1"}},
+        file = parse_catalogue({"providers": {"raw": {"base_url": f"http://{host}:{port}/v1"}},
                                 "models": {"m": {"endpoints": [{"provider": "raw", "model": "up",
                                                                 "price": {"input": 1, "output": 1}}]}}}, "test")
         catalogue = build_catalogue(file, "test", {})

@@ -100,7 +100,7 @@ def test_successor_keeps_the_pools_of_unchanged_providers_and_retires_the_rest()
     assert str(following._test_clients["changed"].base_url).startswith("http://elsewhere.test")
     assert set(following._test_clients) == {"same", "changed", "added"}
     assert retired._test_clients is not None and set(retired._test_clients) == {"changed", "removed"}
-    assert str(following._urls["changed"]).startswith("http://elsewhere.test")
+    assert following._providers["changed"] is new_changed  # its requests (PostTarget) are made for the new URL
 
 
 async def test_the_request_asks_for_an_identity_body_once() -> None:
