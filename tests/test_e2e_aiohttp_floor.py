@@ -89,7 +89,7 @@ def stream_through_gateway(sim: SimProcess, env: dict[str, str]) -> tuple[str, s
         return text, gw.logs()
 
 
-def test_the_floor_runs_the_tuned_classes_and_their_pinning_tests(sim: SimProcess) -> None:
+def test_the_floor_runs_the_tuned_classes_the_lean_post_and_their_pinning_tests(sim: SimProcess) -> None:
     low, _ = aiohttp_bounds()
     env = env_with(low)
     assert running_version(env) == low
@@ -98,7 +98,8 @@ def test_the_floor_runs_the_tuned_classes_and_their_pinning_tests(sim: SimProces
     assert WARNING not in log
     # -n 0: one file's tests, in this process (pyproject's addopts would start two xdist workers for them)
     pinning = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                              "tests/upstreams/test_aiohttp_tuned.py"], env={**os.environ, **env}, cwd=ROOT,
+                              "tests/upstreams/test_aiohttp_tuned.py", "tests/upstreams/test_aiohttp_post.py"],
+                             env={**os.environ, **env}, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert pinning.returncode == 0, pinning.stdout[-3000:]
 

@@ -5,6 +5,7 @@ same pooled connections, with aiohttp's errors and cookies; and no `ClientReques
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import aiohttp
 import pytest
@@ -117,3 +118,24 @@ async def test_a_header_that_would_break_the_head_is_refused() -> None:
     async with aiohttp.ClientSession(headers={"x-team": "a\r\nx-admin: 1"}) as session:
         with pytest.raises(ValueError, match="Newline"):
             PostTarget(session, URL("http://127.0.0.1:9/v1/chat/completions"))
+
+
+async def test_with_every_connection_busy_a_request_waits_no_longer_than_the_connect_timeout() -> None:
+    """`connect_timeout_s` bounds the wait for a free pooled connection too, as ClientSession's
+    `connect` timeout does: the attempt fails over rather than waiting for a stream to end."""
+    answer = sse_server_response(1)
+    provider = RawProvider([[answer[:len(HEAD)], answer[len(HEAD):]]], pause_s=30)  # the body comes late
+    async with provider.upstreams() as (_, endpoint):
+        tight = replace(endpoint.provider, max_connections=1, connect_timeout_s=0.3)
+        endpoint = replace(endpoint, provider=tight)
+        upstreams = Upstreams({tight.name: tight})
+        try:
+            first = await upstreams.open(endpoint, b"{}")  # holds the only connection
+            second = asyncio.create_task(upstreams.open(endpoint, b"{}"))
+            done, _ = await asyncio.wait({second}, timeout=5)
+            assert second in done, "still waiting for a connection after 5 s"
+            with pytest.raises(CONNECT_ERRORS):
+                second.result()
+            await first.aclose()
+        finally:
+            await upstreams.aclose()
