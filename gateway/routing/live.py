@@ -71,16 +71,36 @@ class Fixed:
             return e2e_s * curve.penalty, e2e_s
         return (decode + in_flight * self._half * b) * curve.penalty, e2e_s
 
-    def predict(self, in_flight: int, trial: int, e2e: bool) -> Prediction:
-        """The full prediction `clean_e2e` summarises."""
+    def predict(self, in_flight: int, trial: int | None, e2e: bool) -> Prediction:
+        """The full prediction `clean_e2e` summarises: `Curve.predict(in_flight, n_tokens, trial, uncached)`,
+        its arithmetic in the same order, with the parts fixed to the request taken as computed once;
+        with `e2e`, its clean score is the request's own end-to-end time."""
         curve = self.curve
-        p = curve.predict(in_flight, self.n_tokens, trial, self.uncached)
-        if not e2e or p.clean_s == inf:
-            return p
-        # This request's own end-to-end time, not its decode plus what it adds to others.
-        clean = p.e2e_s * curve.penalty
-        return Prediction(p.decode_tps, p.ttft_s, p.load, p.e2e_s, p.marginal_s,
-                          clean * (1.0 + ERROR_PENALTY * curve.error_rate), clean)
+        if self._base is not None:
+            ttft: float | None = self._base + self._queue * in_flight
+        else:
+            line = self._line
+            ttft = None if line is None else line[0] + line[1] * (in_flight + 1)
+            if self._extra is not None:
+                ttft = (ttft or 0.0) + self._extra
+        load = in_flight + 1
+        tps = curve.tps
+        if tps is None:
+            return Prediction(None, ttft, load, inf, 0.0, inf)
+        a, b = tps
+        per_token = a + b * load
+        decode = self.n_tokens * per_token
+        e2e_s = (ttft or 0.0) + decode
+        marginal = in_flight * self._half * b
+        limit = curve.limit
+        if (limit is not None and load > limit) or (curve.claimed and trial is not None and load > trial):
+            clean = inf
+        elif e2e:  # this request's own end-to-end time, not its decode plus what it adds to others
+            clean = e2e_s * curve.penalty
+        else:
+            clean = (decode + marginal) * curve.penalty
+        score = clean * (1.0 + ERROR_PENALTY * curve.error_rate)
+        return Prediction(1.0 / per_token, ttft, load, e2e_s, marginal, score, clean)
 
 
 def trial_share(loads: list[int]) -> int:

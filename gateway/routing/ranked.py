@@ -60,6 +60,7 @@ class Ranked:
     # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
     # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
     best_case: dict[str, float]
-    # Per endpoint asked about (a session's holder: stay.py), its cost for this request as a cold prompt.
+    # Per endpoint asked about (a session's holder: stay.py), its cost for this request as a cold prompt,
     cold_costs: dict[str, float | None]
+    held: dict[str, Fixed]  # ... and its curve fixed to this request as a cold prompt
 

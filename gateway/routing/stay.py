@@ -23,6 +23,7 @@ from gateway.config import Endpoint
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures, estimated_cost, with_prediction
+from gateway.routing.live import Fixed
 from gateway.routing.speed import Curve
 from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, stay_or_move
 from gateway.telemetry.stats import EndpointStats
@@ -89,9 +90,13 @@ def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
         if warm_cost is None or warm_cost <= best * (1.0 + near):
             return Verdict(True, f"stays: cached input saves {saved_share:.0%} of the bill"), None
         return Verdict(False, "moves: cheaper elsewhere even with its cache"), None
-    curve = ranked.curves.get(key)
-    if curve is None:  # not one of the live heads: built once per ranking, kept beside them
-        curve = ranked.curves[key] = router._curve(c.endpoint, stats)
+    fixed = ranked.held.get(key)
+    if fixed is None:  # its curve fixed to this request as a cold prompt: once per ranking, kept beside it
+        curve = ranked.curves.get(key)
+        if curve is None:  # not one of the live heads
+            curve = ranked.curves[key] = router._curve(c.endpoint, stats)
+        fixed = ranked.held[key] = Fixed(curve, max_tokens, prompt)
+    curve = fixed.curve
     s_per_token = curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN
     in_flight = router.telemetry.in_flight(key)
     if scored is not None:  # throughput, e2e: the live scores, load as of now
@@ -103,7 +108,7 @@ def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
             elif own is None:
                 own = s[0]
         if own is None:
-            p = curve.predict(in_flight, max_tokens, None, prompt)
+            p = fixed.predict(in_flight, None, False)
             own = p.e2e_s if ranked.sort is _E2E and not math.isinf(p.clean_s) else p.score_s
     else:
         def metric(f: Figures) -> float:
