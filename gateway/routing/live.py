@@ -11,7 +11,7 @@ candidate when one fails some attempts (`fallback_scores` prices the failures by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import inf
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ class Fixed:
         elif curve.prefill_s_per_token is not None and uncached:
             self._extra = uncached * curve.prefill_s_per_token
 
-    def clean_e2e(self, in_flight: int, trial: int, e2e: bool) -> tuple[float, float]:
+    def clean_e2e(self, in_flight: int, trial: int | None, e2e: bool) -> tuple[float, float]:
         """(`clean_s`, `e2e_s`) of `Curve.predict(in_flight, n_tokens, trial, uncached)`; with `e2e`, the
         clean score is the request's own end-to-end time (as the router's `sort: e2e` scores it)."""
         tps = self.curve.tps
@@ -65,7 +65,7 @@ class Fixed:
         e2e_s = ttft + decode
         curve = self.curve
         limit = curve.limit
-        if (limit is not None and load > limit) or (curve.claimed and load > trial):
+        if (limit is not None and load > limit) or (curve.claimed and trial is not None and load > trial):
             return inf, e2e_s
         if e2e:
             return e2e_s * curve.penalty, e2e_s
@@ -109,15 +109,16 @@ def trial_share(loads: list[int]) -> int:
     return max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
 
 
-def score_live(ranked: Ranked, in_flight_of: Callable[[str], int],
+def score_live(ranked: Ranked, in_flight_of: Callable[[Sequence[str]], list[int]],
                unavailable: Callable[[str], bool] | None) -> tuple[list[Scored], int]:
     """The live candidates scored at their load as of now (the ranking is up to 250 ms old), and the
     trial share they were scored with. (Plain loops by index: 4-8 candidates per request, and a
     comprehension or `zip(strict=)` costs a few tenths of a µs a call before its first item.)"""
     keys, fixed = ranked.live_keys, ranked.fixed
     n = len(keys)
-    loads = list(map(in_flight_of, keys))
-    trial = trial_share(loads)
+    loads = in_flight_of(keys)  # (the store's `in_flight_of`: all at once)
+    # The share a claim may take: nothing else reads it, so it is worked out only where one is live.
+    trial = trial_share(loads) if ranked.claims else TRIAL_CONCURRENCY
     e2e = ranked.sort is _E2E
     scores: list[float] = []
     e2es: list[float] = []

@@ -83,6 +83,7 @@ def build_ranked(static: Static, prefs: Preferences, shape: RequestShape, stats:
         fixed=tuple(Fixed(curves[c.endpoint.key], n_tokens, shape.prompt_tokens) for c in live),
         live_ranks=tuple(c.tier_rank for c in live),
         live_keys=tuple(c.endpoint.key for c in live),
+        claims=any(curves[c.endpoint.key].claimed for c in live),
         flaky=any(curves[c.endpoint.key].error_rate > 0 for c in live),
         n_tokens=n_tokens,
         live_choice=sort is _THROUGHPUT or sort is _E2E,
@@ -98,8 +99,8 @@ def build_ranked(static: Static, prefs: Preferences, shape: RequestShape, stats:
         most_credit=max(credits, default=0.0),
         best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
                    for c in stale} if sort is _E2E else {},
-        cold_costs={},
         held={},
+        warm={},
     )
 
 

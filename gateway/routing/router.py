@@ -183,7 +183,7 @@ class Router:
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `pick.fallback_order`).
-        scored, trial = score_live(head, self.telemetry.in_flight, self.unavailable) \
+        scored, trial = score_live(head, self.telemetry.in_flight_of, self.unavailable) \
             if head.live_choice and head.live else (None, 0)
         chosen = self._choose(head, prefs, session, explicit, scored, trial)
         if scored is None:
