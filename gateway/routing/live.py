@@ -120,27 +120,41 @@ def score_live(ranked: Ranked, in_flight_of: Callable[[Sequence[str]], list[int]
     # The share a claim may take: nothing else reads it, so it is worked out only where one is live.
     trial = trial_share(loads) if ranked.claims else TRIAL_CONCURRENCY
     e2e = ranked.sort is _E2E
-    scores: list[float] = []
-    e2es: list[float] = []
+    if ranked.flaky:
+        return _scored_flaky(ranked, loads, trial, e2e, unavailable), trial
+    # An agent's next turn will be cheaper where this one builds its cache (stay.py): as the time a
+    # candidate's cache would not save, so that scores stay positive (near ties).
+    credits, most = ranked.credits, ranked.most_credit
+    ranks, live = ranked.live_ranks, ranked.live
+    scored: list[Scored] = []
     for i in range(n):  # all as cold prompts: the session's holder is judged apart (stay.py)
         clean, e2e_s = fixed[i].clean_e2e(loads[i], trial, e2e)
         if unavailable is not None and unavailable(keys[i]):
             clean = inf  # one dispatch would skip counts as full: not chosen, and last in the fallback order
+        scored.append((clean + most - credits[i] if credits else clean, ranks[i], loads[i], e2e_s, live[i], i))
+    return scored, trial
+
+
+def _scored_flaky(ranked: Ranked, loads: list[int], trial: int, e2e: bool,
+                  unavailable: Callable[[str], bool] | None) -> list[Scored]:
+    """`score_live`'s scores where some live candidate fails some attempts: each priced by what it falls
+    back to (`fallback_scores`, from every candidate's clean score), then credited as there."""
+    keys, fixed = ranked.live_keys, ranked.fixed
+    n = len(keys)
+    scores: list[float] = []
+    e2es: list[float] = []
+    for i in range(n):
+        clean, e2e_s = fixed[i].clean_e2e(loads[i], trial, e2e)
+        if unavailable is not None and unavailable(keys[i]):
+            clean = inf
         scores.append(clean)
         e2es.append(e2e_s)
-    if ranked.flaky:  # a failure priced by what it falls back to
-        scores = fallback_scores(scores, [f.curve for f in fixed], [fixed[i].predict(loads[i], trial, e2e)
-                                                                     for i in range(n)])
-    # An agent's next turn will be cheaper where this one builds its cache (stay.py): as the time a
-    # candidate's cache would not save, so that scores stay positive (near ties).
-    credits = ranked.credits
-    most = ranked.most_credit
+    scores = fallback_scores(scores, [f.curve for f in fixed], [fixed[i].predict(loads[i], trial, e2e)
+                                                                 for i in range(n)])
+    credits, most = ranked.credits, ranked.most_credit
     ranks, live = ranked.live_ranks, ranked.live
-    scored: list[Scored] = []
-    for i in range(n):
-        scored.append((scores[i] + most - credits[i] if credits else scores[i], ranks[i], loads[i], e2es[i],
-                       live[i], i))
-    return scored, trial
+    return [(scores[i] + most - credits[i] if credits else scores[i], ranks[i], loads[i], e2es[i], live[i], i)
+            for i in range(n)]
 
 
 _E2E = Sort.E2E  # (an enum member's attribute lookup costs 0.2 µs)

@@ -51,6 +51,9 @@ def richest_holder(ranked: Ranked, holders: tuple[Holder, ...]) -> Holder | None
     prompt in its cache, among those in the plan's lead: usually the last turn's, but one the session
     left for a turn -- its holder full or slower for a moment, the detour on a host that caches nothing --
     still holds what it was sent then, and going back costs only the turns added since."""
+    if len(holders) == 1:  # (most sessions: nothing to weigh it against)
+        c = ranked.by_key.get(holders[0].endpoint_key)
+        return None if c is None or c.notes else holders[0]
     best, most = None, -1.0
     for h in holders:
         c = ranked.by_key.get(h.endpoint_key)
