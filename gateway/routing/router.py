@@ -133,8 +133,7 @@ class Router:
 
     # -- the plan ------------------------------------------------------------------------------
     def resolve_model(self, name: str, param: str) -> str:
-        base, _ = split_suffix(name)
-        model = self.catalogue.resolve_model(name) or self.catalogue.resolve_model(base)
+        model = self.catalogue.resolve_model(name) or self.catalogue.resolve_model(split_suffix(name)[0])
         if model is None:
             if param == "model":
                 raise ModelNotFound(name)
@@ -157,7 +156,7 @@ class Router:
             for name in request.fallback_models:  # a model named twice is tried as first named
                 models.setdefault(self.resolve_model(name, "models"), (prefs, shape))
         parts: list[Ranked] = []
-        excluded: list[Exclusion] = []
+        excluded: tuple[Exclusion, ...] = ()  # (the one model's own tuple, most requests: not copied twice)
         strategy = None
         now = self._clock()
         for model, (model_prefs, model_shape) in models.items():
@@ -166,7 +165,7 @@ class Router:
             static = ranked.static if ranked is not None else self._static_part(key)
             if strategy is None:
                 strategy = static.strategy
-            excluded += static.excluded
+            excluded = excluded + static.excluded if excluded else static.excluded
             if static.eligible:
                 if ranked is None or now >= ranked.expires:
                     ranked = self._ranked_part(key, static, now)
@@ -196,7 +195,7 @@ class Router:
             candidates += part.candidates
         spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
         # Positional: a NamedTuple's keyword arguments cost a µs.
-        return Plan(primary, candidates, tuple(excluded), strategy or "default", spills, session, own)
+        return Plan(primary, candidates, excluded, strategy or "default", spills, session, own)
 
     def _fallback_models(self, primary: str, request: ChatRequest, prefs: Preferences, shape: RequestShape
                          ) -> tuple[dict[str, tuple[Preferences, RequestShape]], dict[str, ChatRequest] | None]:
