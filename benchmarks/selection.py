@@ -6,21 +6,33 @@ endpoints over 4 tiers' worth of providers, fills a MemoryStore with samples, an
 parts are refreshed every 250 ms, as in the gateway. Prints µs per request (p50 and mean) and, apart,
 what one refresh of the ranking costs (every 250 ms per model and preference mix, not per request):
 with `sort: throughput` each request re-predicts the head of every tier group at its live load.
+
+`--instructions [CHECKOUT ...]` counts instead, under valgrind (load-independent, unlike the times):
+instructions per request of each mix, for each CHECKOUT (a directory holding `gateway/`; default this
+one), the ranking kept fresh (a clock that stands still) so that only the per-request part is counted.
+Needs valgrind and gcc (first_write.py builds the library that toggles collection); ~1 min a checkout.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # (a `gateway` imported first stays: `_CHILD`)
 
 from gateway.config import GatewayFile, load_catalogue
 from gateway.parse import parse_chat_request
@@ -30,10 +42,19 @@ from gateway.routing.router import Router
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
 
+HERE = Path(__file__).resolve().parent
 N_ENDPOINTS = 200
+# A counted checkout's process: its own gateway first, then this file's scenario (`count_child`).
+_CHILD = """import sys
+sys.path.insert(0, sys.argv[1])
+import gateway
+sys.path.insert(0, sys.argv[2])
+import selection
+selection.count_child(sys.argv[3], int(sys.argv[4]))
+"""
 
 
-def build() -> tuple[Router, MemoryStore]:
+def build(clock: Callable[[], float] = time.monotonic) -> tuple[Router, MemoryStore]:
     tiers = ["standard", "fast", "ultrafast"]
     providers = {f"p{i}": {"base_url": f"http://p{i}.test/v1", "region": random.choice(["us", "eu"])}
                  for i in range(N_ENDPOINTS)}
@@ -44,7 +65,7 @@ def build() -> tuple[Router, MemoryStore]:
     path.write_text(yaml.safe_dump({"providers": providers, "models": {"m": {"endpoints": endpoints}}}))
     catalogue, _ = load_catalogue(path, env={})
     store = MemoryStore()
-    router = Router(catalogue, store)
+    router = Router(catalogue, store, clock=clock)
     for endpoint in catalogue.endpoints():
         for _ in range(5):
             sample = AttemptSample(endpoint.key, time.time(), Outcome.OK, 200, 0.3, 0.3,
@@ -54,11 +75,9 @@ def build() -> tuple[Router, MemoryStore]:
     return router, store
 
 
-def main() -> None:
-    random.seed(0)
-    router, _ = build()
-    resolver = Resolver(PolicySet.builtin())
-    cases = {
+def cases() -> dict[str, dict[str, Any]]:
+    """The preference mixes, by name: what each adds to a one-message request for model `m`."""
+    return {
         "default (no sort)": {},
         ":nitro": {"model": "m:nitro"},
         "speed=ultrafast, throughput": {"speed": "ultrafast", "provider": {"sort": "throughput"}},
@@ -69,10 +88,16 @@ def main() -> None:
         "agent turn, sort=e2e": {"provider": {"sort": "e2e"}, "session_id": "agent-1",
                                  "messages": [{"role": "user", "content": "x" * 120_000}]},
     }
+
+
+def timed() -> None:
+    random.seed(0)
+    router, _ = build()
+    resolver = Resolver(PolicySet.builtin())
     holder = next(e.key for e in router.catalogue.endpoints() if e.tier.value == "standard")
     router.sessions.remember("agent-1", holder, 29_000)
     print(f"{'preferences':<28}{'p50 µs':>9}{'mean µs':>9}  (resolve + plan, {N_ENDPOINTS} endpoints)")
-    for name, extra in cases.items():
+    for name, extra in cases().items():
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
         if "session_id" in extra:
             router.sessions.remember("agent-1", holder, 29_000)
@@ -91,6 +116,67 @@ def main() -> None:
         router.plan(request, resolver(request, {}))
         rebuilds.append(time.perf_counter() - t0)
     print(f"one refresh of the ranking (200 endpoints, stats cached): {statistics.median(rebuilds) * 1e3:.1f} ms")
+
+
+def count_child(lib_path: str, plans: int) -> None:
+    """Under valgrind (`_CHILD`): each mix's `plans` requests collected and dumped under its name."""
+    lib = ctypes.CDLL(lib_path)
+    lib.dump.argtypes = [ctypes.c_char_p]
+    random.seed(0)
+    now = time.monotonic()
+    router, _ = build(lambda: now)
+    resolver = Resolver(PolicySet.builtin())
+    holder = next(e.key for e in router.catalogue.endpoints() if e.tier.value == "standard")
+    for name, extra in cases().items():
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+        request = parse_chat_request(orjson.dumps(body), {}, "r", GatewayFile())
+        for _ in range(20):  # the ranking built, the caches warm
+            router.sessions.remember("agent-1", holder, 29_000)
+            router.plan(request, resolver(request, {}))
+        lib.toggle()
+        for _ in range(plans):
+            router.plan(request, resolver(request, {}))
+        lib.toggle()
+        lib.dump(name.encode())
+
+
+def counted(checkouts: list[Path], plans: int) -> None:
+    from first_write import build_lib, stretches  # its valgrind library (and gcc)
+
+    from tests.harness import ensure_binary
+    ensure_binary("valgrind", "valgrind")
+    work = Path(tempfile.mkdtemp(prefix="selection-"))
+    try:
+        lib = build_lib(work)
+        (work / "child.py").write_text(_CHILD)
+        # valgrind cannot follow pymalloc's arenas; string hashes the same every run (dicts' probes)
+        env = {**os.environ, "PYTHONMALLOC": "malloc", "PYTHONHASHSEED": "0"}
+        results = {}
+        for checkout in checkouts:
+            out = work / f"{len(results)}" / "callgrind.out"
+            out.parent.mkdir()
+            subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={out}.%p",
+                            sys.executable, str(work / "child.py"), str(checkout.resolve()), str(HERE), str(lib),
+                            str(plans)], env=env, check=True, capture_output=True)
+            results[str(checkout)] = stretches(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    names = list(results)
+    print(f"{'preferences':<28}" + "".join(f"{n[-24:]:>26}" for n in names) + "  (instructions per request)")
+    for mix in cases():
+        print(f"{mix:<28}" + "".join(f"{results[n][mix][0] / plans:>26,.0f}" for n in names))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instructions", nargs="*", type=Path, metavar="CHECKOUT",
+                        help="count instructions per request under valgrind instead (default checkout: this one)")
+    parser.add_argument("--plans", type=int, default=500, help="requests counted per mix (--instructions)")
+    args = parser.parse_args()
+    if args.instructions is None:
+        timed()
+    else:
+        counted(args.instructions or [HERE.parent], args.plans)
 
 
 if __name__ == "__main__":

@@ -113,9 +113,12 @@ class Exclusion:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, though never changed once built (hashed and compared as if frozen: `unsafe_hash`): a
+# frozen dataclass sets each field through `object.__setattr__`, and building one cost ~4x a plain
+# one's -- 1-3 are built per request (the choice, its note).
+@dataclass(slots=True, unsafe_hash=True)
 class Candidate:
-    """One endpoint of the plan with the figures it was ranked by."""
+    """One endpoint of the plan with the figures it was ranked by. Treat as immutable."""
 
     endpoint: Endpoint
     figures: Figures

@@ -52,8 +52,9 @@ class Resolver:
 
     def __call__(self, request: ChatRequest, headers: Mapping[str, str],
                  key_policy: str | None = None) -> Preferences:
+        model = request.model
         key = (headers.get("x-ultraroute-policy"), headers.get("x-ultraroute-speed"),
-               split_suffix(request.model)[1], request.options, request.speed, key_policy)
+               split_suffix(model)[1] if ":" in model else None, request.options, request.speed, key_policy)
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) >= self._max:

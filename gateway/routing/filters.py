@@ -32,6 +32,7 @@ class RequestShape(NamedTuple):
 # The body fields `request_shape` reads capabilities from: most requests have none of them.
 _CAPABILITY_FIELDS = frozenset({"tools", "tool_choice", "functions", "response_format", "reasoning",
                                 "reasoning_effort", "logprobs", "top_logprobs"})
+_NO_CAPABILITIES: frozenset[str] = frozenset()  # most requests': one, not one per request
 
 
 def request_shape(request: ChatRequest) -> RequestShape:
@@ -51,7 +52,7 @@ def request_shape(request: ChatRequest) -> RequestShape:
         used.add("assistant_prefix")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     return RequestShape(prompt_size(request.prompt_chars), max_tokens if isinstance(max_tokens, int) else None,
-                        frozenset(used), request.upstream)
+                        frozenset(used) if used else _NO_CAPABILITIES, request.upstream)
 
 
 def prompt_size(prompt_chars: int) -> int:

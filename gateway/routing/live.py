@@ -11,7 +11,7 @@ candidate when one fails some attempts (`fallback_scores` prices the failures by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import inf
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ class Fixed:
         elif curve.prefill_s_per_token is not None and uncached:
             self._extra = uncached * curve.prefill_s_per_token
 
-    def clean_e2e(self, in_flight: int, trial: int, e2e: bool) -> tuple[float, float]:
+    def clean_e2e(self, in_flight: int, trial: int | None, e2e: bool) -> tuple[float, float]:
         """(`clean_s`, `e2e_s`) of `Curve.predict(in_flight, n_tokens, trial, uncached)`; with `e2e`, the
         clean score is the request's own end-to-end time (as the router's `sort: e2e` scores it)."""
         tps = self.curve.tps
@@ -65,22 +65,42 @@ class Fixed:
         e2e_s = ttft + decode
         curve = self.curve
         limit = curve.limit
-        if (limit is not None and load > limit) or (curve.claimed and load > trial):
+        if (limit is not None and load > limit) or (curve.claimed and trial is not None and load > trial):
             return inf, e2e_s
         if e2e:
             return e2e_s * curve.penalty, e2e_s
         return (decode + in_flight * self._half * b) * curve.penalty, e2e_s
 
-    def predict(self, in_flight: int, trial: int, e2e: bool) -> Prediction:
-        """The full prediction `clean_e2e` summarises."""
+    def predict(self, in_flight: int, trial: int | None, e2e: bool) -> Prediction:
+        """The full prediction `clean_e2e` summarises: `Curve.predict(in_flight, n_tokens, trial, uncached)`,
+        its arithmetic in the same order, with the parts fixed to the request taken as computed once;
+        with `e2e`, its clean score is the request's own end-to-end time."""
         curve = self.curve
-        p = curve.predict(in_flight, self.n_tokens, trial, self.uncached)
-        if not e2e or p.clean_s == inf:
-            return p
-        # This request's own end-to-end time, not its decode plus what it adds to others.
-        clean = p.e2e_s * curve.penalty
-        return Prediction(p.decode_tps, p.ttft_s, p.load, p.e2e_s, p.marginal_s,
-                          clean * (1.0 + ERROR_PENALTY * curve.error_rate), clean)
+        if self._base is not None:
+            ttft: float | None = self._base + self._queue * in_flight
+        else:
+            line = self._line
+            ttft = None if line is None else line[0] + line[1] * (in_flight + 1)
+            if self._extra is not None:
+                ttft = (ttft or 0.0) + self._extra
+        load = in_flight + 1
+        tps = curve.tps
+        if tps is None:
+            return Prediction(None, ttft, load, inf, 0.0, inf)
+        a, b = tps
+        per_token = a + b * load
+        decode = self.n_tokens * per_token
+        e2e_s = (ttft or 0.0) + decode
+        marginal = in_flight * self._half * b
+        limit = curve.limit
+        if (limit is not None and load > limit) or (curve.claimed and trial is not None and load > trial):
+            clean = inf
+        elif e2e:  # this request's own end-to-end time, not its decode plus what it adds to others
+            clean = e2e_s * curve.penalty
+        else:
+            clean = (decode + marginal) * curve.penalty
+        score = clean * (1.0 + ERROR_PENALTY * curve.error_rate)
+        return Prediction(1.0 / per_token, ttft, load, e2e_s, marginal, score, clean)
 
 
 def trial_share(loads: list[int]) -> int:
@@ -89,37 +109,52 @@ def trial_share(loads: list[int]) -> int:
     return max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
 
 
-def score_live(ranked: Ranked, in_flight_of: Callable[[str], int],
+def score_live(ranked: Ranked, in_flight_of: Callable[[Sequence[str]], list[int]],
                unavailable: Callable[[str], bool] | None) -> tuple[list[Scored], int]:
     """The live candidates scored at their load as of now (the ranking is up to 250 ms old), and the
     trial share they were scored with. (Plain loops by index: 4-8 candidates per request, and a
     comprehension or `zip(strict=)` costs a few tenths of a µs a call before its first item.)"""
     keys, fixed = ranked.live_keys, ranked.fixed
     n = len(keys)
-    loads = list(map(in_flight_of, keys))
-    trial = trial_share(loads)
+    loads = in_flight_of(keys)  # (the store's `in_flight_of`: all at once)
+    # The share a claim may take: nothing else reads it, so it is worked out only where one is live.
+    trial = trial_share(loads) if ranked.claims else TRIAL_CONCURRENCY
     e2e = ranked.sort is _E2E
-    scores: list[float] = []
-    e2es: list[float] = []
+    if ranked.flaky:
+        return _scored_flaky(ranked, loads, trial, e2e, unavailable), trial
+    # An agent's next turn will be cheaper where this one builds its cache (stay.py): as the time a
+    # candidate's cache would not save, so that scores stay positive (near ties).
+    credits, most = ranked.credits, ranked.most_credit
+    ranks, live = ranked.live_ranks, ranked.live
+    scored: list[Scored] = []
     for i in range(n):  # all as cold prompts: the session's holder is judged apart (stay.py)
         clean, e2e_s = fixed[i].clean_e2e(loads[i], trial, e2e)
         if unavailable is not None and unavailable(keys[i]):
             clean = inf  # one dispatch would skip counts as full: not chosen, and last in the fallback order
+        scored.append((clean + most - credits[i] if credits else clean, ranks[i], loads[i], e2e_s, live[i], i))
+    return scored, trial
+
+
+def _scored_flaky(ranked: Ranked, loads: list[int], trial: int, e2e: bool,
+                  unavailable: Callable[[str], bool] | None) -> list[Scored]:
+    """`score_live`'s scores where some live candidate fails some attempts: each priced by what it falls
+    back to (`fallback_scores`, from every candidate's clean score), then credited as there."""
+    keys, fixed = ranked.live_keys, ranked.fixed
+    n = len(keys)
+    scores: list[float] = []
+    e2es: list[float] = []
+    for i in range(n):
+        clean, e2e_s = fixed[i].clean_e2e(loads[i], trial, e2e)
+        if unavailable is not None and unavailable(keys[i]):
+            clean = inf
         scores.append(clean)
         e2es.append(e2e_s)
-    if ranked.flaky:  # a failure priced by what it falls back to
-        scores = fallback_scores(scores, [f.curve for f in fixed], [fixed[i].predict(loads[i], trial, e2e)
-                                                                     for i in range(n)])
-    # An agent's next turn will be cheaper where this one builds its cache (stay.py): as the time a
-    # candidate's cache would not save, so that scores stay positive (near ties).
-    credits = ranked.credits
-    most = ranked.most_credit
+    scores = fallback_scores(scores, [f.curve for f in fixed], [fixed[i].predict(loads[i], trial, e2e)
+                                                                 for i in range(n)])
+    credits, most = ranked.credits, ranked.most_credit
     ranks, live = ranked.live_ranks, ranked.live
-    scored: list[Scored] = []
-    for i in range(n):
-        scored.append((scores[i] + most - credits[i] if credits else scores[i], ranks[i], loads[i], e2es[i],
-                       live[i], i))
-    return scored, trial
+    return [(scores[i] + most - credits[i] if credits else scores[i], ranks[i], loads[i], e2es[i], live[i], i)
+            for i in range(n)]
 
 
 _E2E = Sort.E2E  # (an enum member's attribute lookup costs 0.2 µs)

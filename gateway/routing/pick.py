@@ -92,9 +92,16 @@ def two_of(items: Sequence[T], rng: random.Random) -> tuple[T, T]:
     if n > 21:  # `sample` draws differently from a large population
         a, b = rng.sample(items, 2)
         return a, b
-    randbelow = rng._randbelow  # type: ignore[attr-defined]
-    i = randbelow(n)
-    j = randbelow(n - 1)
+    # `_randbelow(n)`, inline (Python 3.11's `_randbelow_with_getrandbits`: two calls fewer per request).
+    getrandbits = rng.getrandbits
+    k = n.bit_length()
+    i = getrandbits(k)
+    while i >= n:
+        i = getrandbits(k)
+    k = (n - 1).bit_length()
+    j = getrandbits(k)
+    while j >= n - 1:
+        j = getrandbits(k)
     return items[i], items[n - 1 if j == i else j]
 
 
@@ -114,12 +121,17 @@ def fallback_order(ranked: Ranked, scored: list[Scored], chosen: Candidate) -> t
     share. Not tier first either: a premium tier measured slower than the standard one (a false
     claim) would take every fallback."""
     key = chosen.endpoint.key
-    live = sorted([s for s in scored if s[4].endpoint.key != key], key=_score_rank)
     rest = ranked.not_live
-    if len(live) == len(scored):  # chosen from outside the live set (explored, sticky): not twice
+    keys = ranked.live_keys
+    if key in keys:  # (slices and C calls: no comprehension's frame per request)
+        i = keys.index(key)
+        live = sorted(scored[:i] + scored[i + 1:], key=_score_rank)
+    else:  # chosen from outside the live set (explored, sticky): not twice
+        live = sorted(scored, key=_score_rank)
         i = ranked.not_live_index.get(key)
         rest = (*rest[:i], *rest[i + 1:]) if i is not None else tuple(c for c in rest if c.endpoint.key != key)
-    return (chosen, *[s[4] for s in live], *rest)
+    return (chosen, *map(_candidate, live), *rest)
 
 
 _score_rank = itemgetter(0, 1)  # of a `Scored`
+_candidate = itemgetter(4)  # of a `Scored`

@@ -6,6 +6,7 @@ kept until the catalogue changes) and the ranking with what the per-request choi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.config import Endpoint
 from gateway.context import Candidate, Exclusion, Spill
@@ -13,6 +14,9 @@ from gateway.policy import Sort
 from gateway.routing.live import Fixed
 from gateway.routing.speed import Curve
 from gateway.telemetry.stats import EndpointStats
+
+if TYPE_CHECKING:
+    from gateway.routing.stay import Warm
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class Ranked:
     fixed: tuple[Fixed, ...]  # per live candidate: its curve fixed to this request shape (live.py)
     live_ranks: tuple[int, ...]  # per live candidate: its tier rank ...
     live_keys: tuple[str, ...]  # ... and its endpoint key
+    claims: bool  # some live candidate's speed is only claimed: the trial share limits it (live.py)
     flaky: bool  # some live candidate fails some attempts: its failures are priced (speed.fallback_scores)
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
@@ -60,6 +65,7 @@ class Ranked:
     # e2e: per stale candidate, the least end-to-end time it has been measured or claimed to give this
     # request alone (`explore.best_case_s`): exploring one that could not beat the best now only costs its user.
     best_case: dict[str, float]
-    # Per endpoint asked about (a session's holder: stay.py), its cost for this request as a cold prompt.
-    cold_costs: dict[str, float | None]
+    # Per session holder judged (stay.py): its curve fixed to this request as a cold prompt, by endpoint key,
+    held: dict[str, Fixed]
+    warm: dict[tuple[str, int], Warm]  # ... and what its cache is worth, by (endpoint key, tokens it was sent)
 

@@ -45,7 +45,7 @@ class Rechecks:
     def due(self, candidates: Sequence[T], keys: Sequence[str], busy: Callable[[str], int], now: float) -> T | None:
         """The first of `candidates` (their endpoint `keys`, in order) due for a re-check and not already in
         use (its answer is the news); its next one is scheduled. Endpoints past `for_s` are forgotten."""
-        if not self._due:
+        if self._due.keys().isdisjoint(keys):  # (most requests: none of theirs is being re-checked)
             return None
         for i, key in enumerate(keys):
             entry = self._due.get(key)

@@ -32,17 +32,16 @@ from gateway.background import RefreshAhead
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
-from gateway.policy import Sort
-from gateway.routing.explore import Explorer, best_case_s
+from gateway.routing.explore import Explorer
 from gateway.routing.figures import failure_rate, figures_for, output_tokens
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
-from gateway.routing.live import Fixed, predicted, score_live
-from gateway.routing.pick import best_of_head, cheap_weighted, cheap_weights, fallback_order, fastest_now
+from gateway.routing.live import predicted, score_live
+from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, fastest_now
 from gateway.routing.ranked import Ranked, Scored, Static
-from gateway.routing.ranking import prefer_order, rank, soft_thresholds, spill_premium
+from gateway.routing.ranked_build import DERIVE_SESSION_ABOVE, build_ranked, cache_pays
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
 from gateway.routing.speed import Curve, SpeedModel, curve
-from gateway.routing.stay import cache_credit, judge_stay, richest_holder
+from gateway.routing.stay import judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -50,10 +49,6 @@ from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
 STATS_WINDOW_S = 300  # also the shared speed-vs-load fit's window (every replica's samples)
-# An agent-sized prompt: a conversation the client does not name is named by its first messages
-# (sticky.py) once its prompt is this large -- below, a cache saves too little to weigh (and identical
-# short prompts are not one session) -- and without a sort it is routed by predicted end-to-end time.
-DERIVE_SESSION_ABOVE = 1024
 _MAX_CACHE = 4096
 
 
@@ -138,8 +133,7 @@ class Router:
 
     # -- the plan ------------------------------------------------------------------------------
     def resolve_model(self, name: str, param: str) -> str:
-        base, _ = split_suffix(name)
-        model = self.catalogue.resolve_model(name) or self.catalogue.resolve_model(base)
+        model = self.catalogue.resolve_model(name) or self.catalogue.resolve_model(split_suffix(name)[0])
         if model is None:
             if param == "model":
                 raise ModelNotFound(name)
@@ -162,7 +156,7 @@ class Router:
             for name in request.fallback_models:  # a model named twice is tried as first named
                 models.setdefault(self.resolve_model(name, "models"), (prefs, shape))
         parts: list[Ranked] = []
-        excluded: list[Exclusion] = []
+        excluded: tuple[Exclusion, ...] = ()  # (the one model's own tuple, most requests: not copied twice)
         strategy = None
         now = self._clock()
         for model, (model_prefs, model_shape) in models.items():
@@ -171,7 +165,7 @@ class Router:
             static = ranked.static if ranked is not None else self._static_part(key)
             if strategy is None:
                 strategy = static.strategy
-            excluded += static.excluded
+            excluded = excluded + static.excluded if excluded else static.excluded
             if static.eligible:
                 if ranked is None or now >= ranked.expires:
                     ranked = self._ranked_part(key, static, now)
@@ -188,7 +182,7 @@ class Router:
             session = derived_session_key(request)
         # Only the first choice is made per request; the rest of the order is the cached ranking
         # (with sort: throughput, the live candidates' scores now first: `pick.fallback_order`).
-        scored, trial = score_live(head, self.telemetry.in_flight, self.unavailable) \
+        scored, trial = score_live(head, self.telemetry.in_flight_of, self.unavailable) \
             if head.live_choice and head.live else (None, 0)
         chosen = self._choose(head, prefs, session, explicit, scored, trial)
         if scored is None:
@@ -201,7 +195,7 @@ class Router:
             candidates += part.candidates
         spills = parts[0].spills if len(parts) == 1 else tuple(s for part in parts for s in part.spills)
         # Positional: a NamedTuple's keyword arguments cost a µs.
-        return Plan(primary, candidates, tuple(excluded), strategy or "default", spills, session, own)
+        return Plan(primary, candidates, excluded, strategy or "default", spills, session, own)
 
     def _fallback_models(self, primary: str, request: ChatRequest, prefs: Preferences, shape: RequestShape
                          ) -> tuple[dict[str, tuple[Preferences, RequestShape]], dict[str, ChatRequest] | None]:
@@ -289,70 +283,10 @@ class Router:
         n_tokens = output_tokens(shape.max_tokens, stats.values())
         candidates = [self._candidate(e, tier_rank, shape, stats[e.key], n_tokens)
                       for e, tier_rank in static.eligible]
-        # Without a sort, an agent-sized prompt is routed by its predicted end-to-end time: where a
-        # large prompt goes decides its prefill time and which cache it builds, and spreading it by
-        # price alone made sessions ~2x slower than an oracle and, cache missed, not cheaper.
-        sort = prefs.sort
-        if sort is None and shape.prompt_tokens >= DERIVE_SESSION_ABOVE:
-            sort = Sort.E2E
-        ordered = rank(candidates, sort)
-        ordered, spills = spill_premium(ordered)
-        ordered = soft_thresholds(ordered, prefs, stats)
-        ordered = prefer_order(ordered, prefs.order)
-        lead_rank = ordered[0].tier_rank
-        group = [c for c in ordered if c.tier_rank == lead_rank]
-        live: list[Candidate] = []
-        per_group: dict[int, int] = {}
-        for c in ordered:
-            if len(live) < self.settings.live_max and per_group.get(c.tier_rank, 0) < self.settings.head_size \
-                    and not c.notes[1:] and c.notes in ((), ("slower",), ("capacity",)):
-                per_group[c.tier_rank] = per_group.get(c.tier_rank, 0) + 1
-                live.append(c)
-        curves = {}
-        for c in live:
-            k = c.endpoint.key
-            curves[k] = self._curve(c.endpoint, stats[k])
-        stale_after = self.settings.stale_after_s
-        stale = tuple(c for c in (live if sort is Sort.THROUGHPUT or sort is Sort.E2E else group)
-                      if (age := stats[c.endpoint.key].age_s) is None or age > stale_after)
         if len(self._ranked) > _MAX_CACHE:
             self._ranked.clear()
-        lead = tuple(c for c in group if not c.notes)
-        not_live = tuple(c for c in ordered if c not in live)
-        credits = tuple(cache_credit(c.endpoint, stats[c.endpoint.key], curves[c.endpoint.key], shape.prompt_tokens)
-                        for c in live) if sort is Sort.E2E and shape.prompt_tokens >= DERIVE_SESSION_ABOVE else ()
-        ranked = self._ranked[key] = Ranked(
-            static=static,
-            expires=now + self.settings.ranking_ttl_s,
-            candidates=tuple(ordered),
-            spills=tuple(spills),
-            lead=lead,
-            lead_weights=cheap_weights(lead) if sort is None and len(lead) >= 2 else [],
-            live=tuple(live),
-            not_live=not_live,
-            not_live_index={c.endpoint.key: i for i, c in enumerate(not_live)},
-            curves=curves,
-            # Uncached: all as cold prompts, the session's holder is judged apart (stay.py).
-            fixed=tuple(Fixed(curves[c.endpoint.key], n_tokens, shape.prompt_tokens) for c in live),
-            live_ranks=tuple(c.tier_rank for c in live),
-            live_keys=tuple(c.endpoint.key for c in live),
-            flaky=any(curves[c.endpoint.key].error_rate > 0 for c in live),
-            n_tokens=n_tokens,
-            live_choice=sort is Sort.THROUGHPUT or sort is Sort.E2E,
-            cold=tuple(c for c in group if c.figures.source != "measured"),
-            stale=stale,
-            by_key={c.endpoint.key: c for c in ordered},
-            index={c.endpoint.key: i for i, c in enumerate(ordered)},
-            cache_pays=any(_cache_pays(c.endpoint) for c in ordered),
-            prompt_tokens=shape.prompt_tokens,
-            stats=stats,
-            sort=sort,
-            credits=credits,
-            most_credit=max(credits, default=0.0),
-            best_case={c.endpoint.key: best_case_s(c.endpoint, curves[c.endpoint.key], n_tokens, shape.prompt_tokens)
-                       for c in stale} if sort is Sort.E2E else {},
-            cold_costs={},
-        )
+        ranked = self._ranked[key] = build_ranked(static, prefs, shape, stats, n_tokens, candidates, self._curve,
+                                                  self.settings, now)
         return ranked
 
     def _choose(self, ranked: Ranked, prefs: Preferences, session: str | None, explicit: bool,
@@ -399,7 +333,7 @@ class Router:
         c = ranked.by_key.get(holder.endpoint_key) if holder is not None else None
         if c is None or c.notes or holder is None:  # gone from the plan, spilled or below a threshold
             return None, None
-        if not (explicit or prefs.sticky or _cache_pays(c.endpoint) or ranked.prompt_tokens >= DERIVE_SESSION_ABOVE):
+        if not (explicit or prefs.sticky or cache_pays(c.endpoint) or ranked.prompt_tokens >= DERIVE_SESSION_ABOVE):
             return None, None
         # A rule where the policy makes it one, and for a small prompt without a sort: that default picks
         # any endpoint of the lead at random, the holder is as good a pick, and a conversation that
@@ -410,9 +344,3 @@ class Router:
         if not verdict.stay:
             return None, verdict.why
         return Candidate(c.endpoint, figures or c.figures, c.tier_rank, ("sticky", verdict.why)), None
-
-
-
-def _cache_pays(endpoint: Endpoint) -> bool:
-    price = endpoint.price
-    return price is not None and price.cached_input is not None and price.cached_input < price.input

@@ -17,13 +17,14 @@ Nothing here does I/O; the router calls `judge_stay` only for a request whose se
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.config import Endpoint
 from gateway.context import Candidate
 from gateway.policy import Sort
 from gateway.routing.figures import Figures, estimated_cost, with_prediction
-from gateway.routing.speed import Curve
+from gateway.routing.live import Fixed
+from gateway.routing.speed import ERROR_PENALTY, Curve
 from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, stay_or_move
 from gateway.telemetry.stats import EndpointStats
 
@@ -50,6 +51,9 @@ def richest_holder(ranked: Ranked, holders: tuple[Holder, ...]) -> Holder | None
     prompt in its cache, among those in the plan's lead: usually the last turn's, but one the session
     left for a turn -- its holder full or slower for a moment, the detour on a host that caches nothing --
     still holds what it was sent then, and going back costs only the turns added since."""
+    if len(holders) == 1:  # (most sessions: nothing to weigh it against)
+        c = ranked.by_key.get(holders[0].endpoint_key)
+        return None if c is None or c.notes else holders[0]
     best, most = None, -1.0
     for h in holders:
         c = ranked.by_key.get(h.endpoint_key)
@@ -68,20 +72,34 @@ def cache_credit(endpoint: Endpoint, stats: EndpointStats, curve: Curve, prompt_
     return prompt_tokens * likely_hit(endpoint, stats) * (curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN)
 
 
+class Warm(NamedTuple):
+    """What a holder's cache is worth to a request, from the ranking's stats: kept with the ranking."""
+
+    cached: int  # prompt tokens it likely holds
+    cost: float | None  # the request's cost there with them cached
+    saved_share: float  # the share of the bill they save (0..1)
+
+
+def warm_figures(endpoint: Endpoint, stats: EndpointStats, held_tokens: int, prompt: int, max_tokens: int) -> Warm:
+    """`Warm` of a holder whose last turn there had `held_tokens` of input, for a `prompt`-token request."""
+    cached = int(min(held_tokens, prompt) * likely_hit(endpoint, stats))
+    cold_cost = estimated_cost(endpoint, prompt, max_tokens, stats)
+    warm_cost = estimated_cost(endpoint, prompt, max_tokens, stats, cached)
+    return Warm(cached, warm_cost, 0.0 if not cold_cost or warm_cost is None else (cold_cost - warm_cost) / cold_cost)
+
+
 def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
                scored: list[Scored] | None) -> tuple[Verdict, Figures | None]:
     """The verdict, and the holder's figures predicted with its cache (None where not re-predicted)."""
     key = c.endpoint.key
     stats = ranked.stats[key]
-    hit = likely_hit(c.endpoint, stats)
     prompt = ranked.prompt_tokens
-    cached = int(min(holder.input_tokens, prompt) * hit)
     max_tokens = ranked.n_tokens
-    cold_cost = ranked.cold_costs.get(key, False)  # False: not yet asked (None: unknown)
-    if cold_cost is False:  # the same for every turn it judges while the ranking holds: once
-        cold_cost = ranked.cold_costs[key] = estimated_cost(c.endpoint, prompt, max_tokens, stats)
-    warm_cost = estimated_cost(c.endpoint, prompt, max_tokens, stats, cached)
-    saved_share = 0.0 if not cold_cost or warm_cost is None else (cold_cost - warm_cost) / cold_cost
+    warm = ranked.warm.get((key, holder.input_tokens))
+    if warm is None:  # the same for every turn it judges with this much cached while the ranking holds: once
+        warm = ranked.warm[key, holder.input_tokens] = warm_figures(c.endpoint, stats, holder.input_tokens, prompt,
+                                                                    max_tokens)
+    cached, warm_cost, saved_share = warm
     near = router.settings.near_equal
     if ranked.sort is _PRICE:
         costs = [o.figures.cost_usd for o in ranked.lead if o is not c and o.figures.cost_usd is not None]
@@ -89,9 +107,13 @@ def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
         if warm_cost is None or warm_cost <= best * (1.0 + near):
             return Verdict(True, f"stays: cached input saves {saved_share:.0%} of the bill"), None
         return Verdict(False, "moves: cheaper elsewhere even with its cache"), None
-    curve = ranked.curves.get(key)
-    if curve is None:  # not one of the live heads: built once per ranking, kept beside them
-        curve = ranked.curves[key] = router._curve(c.endpoint, stats)
+    fixed = ranked.held.get(key)
+    if fixed is None:  # its curve fixed to this request as a cold prompt: once per ranking, kept beside it
+        curve = ranked.curves.get(key)
+        if curve is None:  # not one of the live heads
+            curve = ranked.curves[key] = router._curve(c.endpoint, stats)
+        fixed = ranked.held[key] = Fixed(curve, max_tokens, prompt)
+    curve = fixed.curve
     s_per_token = curve.s_per_prompt_token() or DEFAULT_S_PER_PROMPT_TOKEN
     in_flight = router.telemetry.in_flight(key)
     if scored is not None:  # throughput, e2e: the live scores, load as of now
@@ -103,8 +125,9 @@ def judge_stay(router: Router, ranked: Ranked, c: Candidate, holder: Holder,
             elif own is None:
                 own = s[0]
         if own is None:
-            p = curve.predict(in_flight, max_tokens, None, prompt)
-            own = p.e2e_s if ranked.sort is _E2E and not math.isinf(p.clean_s) else p.score_s
+            clean, e2e_s = fixed.clean_e2e(in_flight, None, False)  # `Curve.predict`'s, as floats
+            own = e2e_s if ranked.sort is _E2E and not math.isinf(clean) else \
+                clean * (1.0 + ERROR_PENALTY * curve.error_rate)  # its `score_s`
     else:
         def metric(f: Figures) -> float:
             if ranked.sort is _LATENCY:

@@ -39,6 +39,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.redisconn import REDIS_FAILURES, AnyRedis, connect, ensure_connected
@@ -179,6 +180,9 @@ class RedisStore(StoreBase):
 
     def _remote_in_flight(self, key: str) -> int:
         return self._view.others_in_flight.get(key, 0)
+
+    def _others_in_flight(self) -> Mapping[str, int]:
+        return self._view.others_in_flight
 
     def _prune(self, now: float) -> None:
         self._view.prune(now)

@@ -33,7 +33,7 @@ def test_a_fixed_curve_predicts_exactly_as_the_curve(curve: Curve, n_tokens: int
     """`clean_e2e` per request is `Curve.predict`'s clean score and end-to-end time, equal as floats
     (throughput), and with e2e the router's own-time score; `predict` the prediction the router uses."""
     fixed = Fixed(curve, n_tokens, uncached)
-    for in_flight, trial in itertools.product(range(8), (2, 3, 5)):
+    for in_flight, trial in itertools.product(range(8), (2, 3, 5, None)):
         p = curve.predict(in_flight, n_tokens, trial, uncached)
         assert fixed.clean_e2e(in_flight, trial, False) == (p.clean_s, p.e2e_s)
         assert fixed.predict(in_flight, trial, False) == p

@@ -3,6 +3,7 @@ holder's extra queueing costs, and moves otherwise (sticky.py, stay.py, the rout
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import pytest
 
 from gateway.context import Preferences
 from gateway.policy import Sort
-from gateway.routing.router import Router
+from gateway.routing.figures import estimated_cost
+from gateway.routing.router import Router, RouterSettings
+from gateway.routing.stay import Warm, warm_figures
 from gateway.routing.sticky import SessionAffinity, derived_session_key, stay_or_move
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
@@ -140,3 +143,29 @@ def test_a_turn_detoured_off_its_cache_holder_goes_back_to_that_cache(tmp_path: 
     request = chat(session_id="s", max_tokens=200)._replace(prompt_chars=4 * 42_000)
     c = r.plan(request, Preferences(sort=Sort.E2E)).candidates[0]
     assert c.endpoint.id == "a/standard" and c.notes[0] == "sticky" and c.notes[1].startswith("stays: cache saves ~10.")
+
+
+def test_a_holders_cache_is_valued_once_per_ranking_and_held_turn(tmp_path: Path) -> None:
+    """What a holder's cache is worth (tokens held, the bill with them cached, the share saved) depends on
+    the ranking's stats and the tokens the holder was sent: worked out for the first turn judged, kept
+    with the ranking for the next ones (stay.py `warm_figures`)."""
+    price = {"input": 1.0, "cached_input": 0.1, "output": 4.0}
+    cat = catalogue(tmp_path, [endpoint("a", price=price), endpoint("b", price=price)])
+    store = MemoryStore()
+    r = Router(cat, store, RouterSettings(explore_rate=0.0, cold_explore_rate=0.0, ranking_ttl_s=60.0),
+               rng=random.Random(1))
+    e = cat.models["m"][0]
+    stats = store.stats(e.key)
+    cold = estimated_cost(e, 30_000, 100, stats)
+    warm = estimated_cost(e, 30_000, 100, stats, 20_000)
+    assert warm_figures(e, stats, 20_000, 30_000, 100) == Warm(20_000, warm, (cold - warm) / cold)
+    assert warm_figures(e, stats, 50_000, 30_000, 100).cached == 30_000  # no more than the prompt
+    r.sessions.remember("s1", e.key, 20_000)
+    request = chat(session_id="s1", provider={"sort": "e2e"})
+    prefs = Preferences(sort=Sort.E2E)
+    first_plan = r.plan(request, prefs)
+    (ranked,) = r._ranked.values()
+    (key,) = ranked.warm
+    assert key == (e.key, 20_000) and ranked.warm[key] == warm_figures(e, ranked.stats[e.key], 20_000,
+                                                                        ranked.prompt_tokens, ranked.n_tokens)
+    assert r.plan(request, prefs) == first_plan and len(ranked.warm) == 1

@@ -181,6 +181,25 @@ def test_to_json_shape(clock: FakeClock, make_sample: SampleFactory) -> None:
         assert doc[k] == 0.0
 
 
+def test_in_flight_of_reads_each_key_as_in_flight_does() -> None:
+    """The live choice reads its candidates' counts at once (`in_flight_of`): the same numbers as one
+    `in_flight` call per key, this replica's and (Redis) the other replicas' last known counts."""
+    mem = MemoryStore()
+    for key, n in (("m/a", 2), ("m/b", 1), ("m/c", 3)):
+        for _ in range(n):
+            mem.begin(key)
+    mem.end("m/c")
+    keys = ("m/b", "m/a", "never/seen", "m/c")
+    assert mem.in_flight_of(keys) == [mem.in_flight(k) for k in keys] == [1, 2, 0, 2]
+    red = make_store("redis://127.0.0.1:1/0", replica_id="r1")
+    assert isinstance(red, RedisStore)
+    red.begin("m/a")
+    red._view.others_in_flight = {"m/a": 4, "m/z": 2}  # as a read of the other replicas sets it
+    keys = ("m/a", "m/z", "m/b")
+    assert red.in_flight_of(keys) == [red.in_flight(k) for k in keys] == [5, 2, 0]
+    assert mem.in_flight_of(()) == []
+
+
 async def test_make_store_and_protocol() -> None:
     mem = make_store(None, replica_id="r1", flush_interval_s=1.0)
     assert isinstance(mem, MemoryStore) and isinstance(mem, TelemetryStore)
