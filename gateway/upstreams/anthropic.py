@@ -286,26 +286,24 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
         whole = self.whole
         out = self._out
         deltas: list[bytes] = []
-        run: list[bytes] = []  # whole: the deltas since the last other event
+        assembled = 0  # whole: the deltas given to the answer so far (each run of them before the next other event)
         chunks: list[Chunk | None] = []
         for payload in payloads:
             if payload.startswith(_DELTA):
                 deltas.append(payload)
-                if whole:
-                    run.append(payload)
-                else:
+                if not whole:
                     out += (_DELTA_EVENT, payload, b"\n\n")
                 continue
-            if run:
-                self._answer.deltas(run)
-                run = []
+            if whole and len(deltas) > assembled:
+                self._answer.deltas(deltas[assembled:])
+                assembled = len(deltas)
             translated = self._other(payload)
             if translated is None:
                 chunks.append(None)
             else:
                 chunks += translated
-        if run:
-            self._answer.deltas(run)
+        if whole and len(deltas) > assembled:
+            self._answer.deltas(deltas[assembled:])
         if not deltas:
             return 0, False, chunks
         # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
