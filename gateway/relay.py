@@ -1,9 +1,10 @@
 """Stage 5, relay: hand an upstream stream's batches (upstreams/stream.py) to the client.
 
 Two ways out to the client: `sse_body()` passes each batch on as soon as it arrives (no buffering),
-as the provider's own bytes: only `model` is changed to the public name (`PublicModel`, a byte
-replace; a chunk it cannot patch safely is re-encoded) and the usage the gateway asked for is taken
-out if the client did not ask for it. `collect()` assembles a `chat.completion` for clients that did
+as the provider's own bytes: only `model` is changed to the public name (`PublicModel` of
+upstreams/wire.py, which pass-through translators use too: a byte replace; a chunk it cannot patch
+safely is re-encoded) and the usage the gateway asked for is taken out if the client did not ask
+for it. `collect()` assembles a `chat.completion` for clients that did
 not stream.
 A failure after the first byte has reached the client is either recovered -- a `resume` callback
 continues the answer on another endpoint, given the text so far and the tokens delivered (or ends it
