@@ -278,12 +278,12 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
     def __init__(self, model: str, whole: bool) -> None:
         MessagesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
-        self._answer = MessageAnswer()
+        self._answer = MessageAnswer() if whole else None  # a streaming client gets the events
 
     def read(self, payloads: list[bytes]) -> Read:
         """The events of one network read, with the deltas (most of them) handled inline and their
         tokens counted in one pass over them all."""
-        whole = self.whole
+        answer = self._answer  # whole: the message the events make
         out = self._out
         deltas: list[bytes] = []
         assembled = 0  # whole: the deltas given to the answer so far (each run of them before the next other event)
@@ -291,19 +291,19 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
         for payload in payloads:
             if payload.startswith(_DELTA):
                 deltas.append(payload)
-                if not whole:
+                if answer is None:
                     out += (_DELTA_EVENT, payload, b"\n\n")
                 continue
-            if whole and len(deltas) > assembled:
-                self._answer.deltas(deltas[assembled:])
+            if answer is not None and len(deltas) > assembled:
+                answer.deltas(deltas[assembled:])
                 assembled = len(deltas)
             translated = self._other(payload)
             if translated is None:
                 chunks.append(None)
             else:
                 chunks += translated
-        if whole and len(deltas) > assembled:
-            self._answer.deltas(deltas[assembled:])
+        if answer is not None and len(deltas) > assembled:
+            answer.deltas(deltas[assembled:])
         if not deltas:
             return 0, False, chunks
         # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
@@ -321,18 +321,18 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
         if event is None:
             return None
         kind = event.get("type")
-        if self.whole:
+        if self._answer is not None:
             if kind == "message_start" and isinstance(event.get("message"), dict):
                 event["message"]["model"] = self.model
             self._answer.event(event)
         elif kind != "error":  # an error event is rendered by the gateway, as any failure is
             if kind == "message_start" and isinstance(event.get("message"), dict):
                 message = event["message"]
-                renamed = self.public.renamed(payload, message.get("model"))
+                renamed = self.renamed(payload, message.get("model"))
                 message["model"] = self.model
                 payload = renamed if renamed is not None else orjson.dumps(event)
             self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")
         return self.translate(event)
 
     def result(self) -> dict[str, Any]:
-        return self._answer.result()
+        return (self._answer or MessageAnswer()).result()

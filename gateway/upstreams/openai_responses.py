@@ -238,7 +238,7 @@ class ResponsesPassThrough(PassThroughEvents, ResponsesTranslator):
     def _renamed_unparsed(self, payload: bytes) -> bool:
         """A streaming client's `response.in_progress` (it translates to nothing) passed on with the model
         renamed in its bytes, unparsed, once `response.created` has said the upstream's model name."""
-        renamed = self.public.renamed(payload, self._upstream)
+        renamed = self.renamed(payload, self._upstream)
         if renamed is None:
             return False
         self._out += (b"event: response.in_progress\ndata: ", renamed, b"\n\n")
@@ -259,7 +259,7 @@ class ResponsesPassThrough(PassThroughEvents, ResponsesTranslator):
             elif kind == "response.created":
                 self._upstream = upstream
             if not self.whole:
-                renamed = self.public.renamed(payload, upstream)
+                renamed = self.renamed(payload, upstream)
                 payload = renamed if renamed is not None else orjson.dumps(event)
         if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
             self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")

@@ -98,7 +98,7 @@ class PassThroughEvents:
     def __init__(self, model: str, whole: bool) -> None:
         self.model = model
         self.whole = whole
-        self.public = PublicModel(model)  # renames the model in the few events that name it, in their bytes
+        self._public: PublicModel | None = None  # made by the first event that names the model
         self._out: list[bytes] = []
 
     def take(self) -> bytes:
@@ -107,6 +107,12 @@ class PassThroughEvents:
 
     def read(self, payloads: list[bytes]) -> Read:
         raise NotImplementedError
+
+    def renamed(self, payload: bytes, upstream: Any) -> bytes | None:
+        """An event naming the model `upstream` with the public name in its bytes (`PublicModel.renamed`)."""
+        if self._public is None:
+            self._public = PublicModel(self.model)
+        return self._public.renamed(payload, upstream)
 
     def events(self, payload: bytes) -> list[Chunk] | None:
         """One event as a `Translator` takes it: a read of its own. (The stream reader gives a
