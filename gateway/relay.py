@@ -1,9 +1,10 @@
 """Stage 5, relay: hand an upstream stream's batches (upstreams/stream.py) to the client.
 
 Two ways out to the client: `sse_body()` passes each batch on as soon as it arrives (no buffering),
-as the provider's own bytes: only `model` is changed to the public name (`PublicModel`, a byte
-replace; a chunk it cannot patch safely is re-encoded) and the usage the gateway asked for is taken
-out if the client did not ask for it. `collect()` assembles a `chat.completion` for clients that did
+as the provider's own bytes: only `model` is changed to the public name (`PublicModel` of
+upstreams/wire.py, which pass-through translators use too: a byte replace; a chunk it cannot patch
+safely is re-encoded) and the usage the gateway asked for is taken out if the client did not ask
+for it. `collect()` assembles a `chat.completion` for clients that did
 not stream.
 A failure after the first byte has reached the client is either recovered -- a `resume` callback
 continues the answer on another endpoint, given the text so far and the tokens delivered (or ends it
@@ -25,6 +26,7 @@ from gateway.errors import GatewayError
 from gateway.upstreams.assemble import CompletionAssembler
 from gateway.upstreams.sse import DONE_EVENT, encode_event
 from gateway.upstreams.stream import Event, UpstreamStream
+from gateway.upstreams.wire import PublicModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,43 +167,6 @@ async def sse_body(
     finally:
         if close is not None:
             await close(not ended)
-
-
-_NULL_USAGE = b',"usage":null'
-
-
-class PublicModel:
-    """Gives a chunk the public model name without re-encoding it: the provider's compact
-    `"model":"<its name>"` is replaced in the bytes when it occurs exactly once (a JSON string value
-    cannot contain it unescaped, so once means the chunk's own field). A chunk that has no `model`,
-    or where the pattern is missing or repeated, is re-encoded, as every chunk used to be."""
-
-    __slots__ = ("_from", "_pattern", "_target", "model")
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self._target = b'"model":' + orjson.dumps(model)
-        self._from: object = None
-        self._pattern = b""
-
-    def __call__(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
-        upstream = chunk.get("model")
-        if upstream == self.model:
-            return payload
-        if upstream is not None and upstream != self._from and isinstance(upstream, str):
-            self._from, self._pattern = upstream, b'"model":' + orjson.dumps(upstream)
-        if upstream == self._from and payload.count(self._pattern) == 1:
-            return payload.replace(self._pattern, self._target)
-        chunk["model"] = self.model
-        return orjson.dumps(chunk)
-
-    def without_usage(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
-        """The chunk without its `usage` field (most often `"usage":null`, as OpenAI sends it)."""
-        if chunk["usage"] is None and payload.count(_NULL_USAGE) == 1:
-            return self(payload.replace(_NULL_USAGE, b""), chunk)
-        del chunk["usage"]
-        chunk["model"] = self.model
-        return orjson.dumps(chunk)
 
 
 def error_event(err: GatewayError) -> bytes:

@@ -98,3 +98,12 @@ async def test_the_body_closes_the_attempt_once_it_ends_and_says_if_it_was_cut_s
     assert b'"model":"public"' in first and closed == [False, False]  # the first write waits for nothing
     await body.aclose()  # the client left
     assert closed == [False, False, True]
+
+
+def test_renamed_patches_a_nested_model_once_or_says_it_cannot() -> None:
+    public = PublicModel("public")
+    event = b'{"type":"response.created","response":{"id":"r","model":"up-model","text":"caf\\u00e9"}}'
+    assert public.renamed(event, "up-model") == event.replace(b'"model":"up-model"', b'"model":"public"')
+    twice = b'{"response":{"model":"up-model","x":{"model":"up-model"}}}'
+    assert public.renamed(twice, "up-model") is None
+    assert public.renamed(b'{"response":{"model": "up-model"}}', "up-model") is None

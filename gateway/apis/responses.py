@@ -29,8 +29,7 @@ by `responses_render.py`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
@@ -131,10 +130,10 @@ def chat_messages(call: ResponsesCall) -> list[dict[str, Any]]:
     return [*system, *call.history, *(call.input_messages or ({"role": "user", "content": ""},))]
 
 
-@dataclass(frozen=True, slots=True)
-class Translation:
+class Translation(NamedTuple):
     """A Responses body as a chat completions body, what the answer must echo (`call`), and, for
-    `chat_request_from`, what was dropped and what only endpoints that reason get."""
+    `chat_request_from`, what was dropped and what only endpoints that reason get. (A tuple: one per
+    request.)"""
 
     chat: dict[str, Any]
     call: ResponsesCall
@@ -224,7 +223,7 @@ class ResponsesApi(ClientApi):
         if call.previous_response_id is None:
             return chat
         stored = await services.sessions.load(call.previous_response_id, client, "previous_response_id")
-        call = replace(call, history=stored.messages)
+        call = call._replace(history=stored.messages)
         body = {**chat.body, "messages": chat_messages(call)}
         history_chars = sum(len(m["content"]) for m in stored.messages if isinstance(m.get("content"), str))
         return chat._replace(body=body, origin=call, prompt_chars=chat.prompt_chars + history_chars)

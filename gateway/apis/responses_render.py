@@ -23,7 +23,8 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -36,9 +37,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{os.urandom(12).hex()}"
 
 
-@dataclass(frozen=True, slots=True)
-class ResponsesCall:
-    """What a Responses request asked for, echoed in the `response` object and kept for storing."""
+class ResponsesCall(NamedTuple):
+    """What a Responses request asked for, echoed in the `response` object and kept for storing. (A
+    tuple: made once per request, and a frozen dataclass costs a setattr call per field.)"""
 
     model: str
     instructions: str | None
@@ -55,7 +56,7 @@ class ResponsesCall:
     input_messages: tuple[dict[str, Any], ...]  # this turn's input, as chat messages
     history: tuple[dict[str, Any], ...] = ()  # the stored conversation it continues, as chat messages
     # The tools whose chat name is not the client's (namespaced, custom): chat name -> the client's tool.
-    tool_names: Mapping[str, ToolName] = field(default_factory=dict)
+    tool_names: Mapping[str, ToolName] = MappingProxyType({})
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.errors import InvalidRequest, Untranslatable
 
@@ -84,9 +84,9 @@ def _function(tool: dict[str, Any], where: str, namespace: str | None,
     return {"type": "function", "function": function}
 
 
-@dataclass(frozen=True, slots=True)
-class Tools:
-    """What the request's tools are upstream: chat tools, the names to map back, what was dropped."""
+class Tools(NamedTuple):
+    """What the request's tools are upstream: chat tools, the names to map back, what was dropped.
+    (A tuple: one per request.)"""
 
     chat: list[dict[str, Any]]
     names: dict[str, ToolName]  # only the tools whose chat name differs from what the client sees

@@ -6,6 +6,7 @@
     openai_responses   OpenAI Responses
     wire               what they share: `Outgoing` (a request to send) and the `Translator` protocol
     passthrough        a same-API client handed the upstream's own events and answer
+    messages_answer    a Messages pass-through JSON answer assembled from its stream's events
 
 and the plumbing every API shares:
 
@@ -16,6 +17,7 @@ and the plumbing every API shares:
     attempt            one attempt at one endpoint up to its first token: the request, a non-200
                        turned into its error, the first-chunk gate
     stream             reading one upstream stream: the first-token gate, the batches after it, timings
+    meter              the timings and counts of one attempt, as its stream is read
     sse                splitting a byte stream into `data:` payloads, and writing events back out
     assemble           one `chat.completion` from streamed chunks, for clients that did not stream
 

@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from itertools import chain
 from typing import Any
 
 import orjson
 
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
+from gateway.upstreams.messages_answer import MessageAnswer
 from gateway.upstreams.wire import (
-    ANSWER_TOKEN,
     END,
     NO_TOKEN,
-    REASONING_TOKEN,
     Chunk,
     ChunkHead,
     JsonTranslator,
@@ -271,61 +269,41 @@ _OTHERS = {b'{"type":"content_block_stop"': b"event: content_block_stop\ndata: "
 _OTHER_PREFIXES = tuple(_OTHERS)
 
 
-def _delta_token(payload: bytes) -> list[Chunk]:
-    """What one delta counts as. (`find`, not `in`: `bytes in bytes` first tries the needle as an
-    integer, and the TypeError it raises and clears costs more than the search.)"""
-    if payload.find(b'"type":"text_delta"') >= 0 or payload.find(b'"type":"input_json_delta"') >= 0:
-        return ANSWER_TOKEN
-    return REASONING_TOKEN if payload.find(b'"type":"thinking_delta"') >= 0 else NO_TOKEN
-
-
-class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
+class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
     """Pass-through for a Messages client: every event is still translated (so it is measured),
     and kept as it came -- thinking with its signature, tool_use, unknown blocks -- for the client:
-    as SSE events to `take()` while streaming, or assembled into the `message` (`result()`) when
-    `whole`. Only `message.model` becomes the public name."""
+    as SSE events to `take()` while streaming, or assembled into the `message` (`result()`,
+    messages_answer.py) when `whole`. Only `message.model` becomes the public name."""
 
     def __init__(self, model: str, whole: bool) -> None:
         MessagesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
-        # Whole: the events in order, parsed, or (runs of deltas) as lists of their payloads, parsed at the end.
-        self._seen: list[dict[str, Any] | list[bytes]] = []
-
-    def events(self, payload: bytes) -> list[Chunk] | None:
-        if payload.startswith(_DELTA):  # most events
-            if self.whole:
-                self._seen.append([payload])  # parsed with the others at the end, in one call
-            else:
-                self._out += (_DELTA_EVENT, payload, b"\n\n")
-            return _delta_token(payload)
-        return self._other(payload)
+        self._answer = MessageAnswer() if whole else None  # a streaming client gets the events
 
     def read(self, payloads: list[bytes]) -> Read:
-        """The events of one network read, as `events()` takes them one by one, with the deltas (most
-        of them) handled inline and their tokens counted in one pass over them all."""
-        whole = self.whole
+        """The events of one network read, with the deltas (most of them) handled inline and their
+        tokens counted in one pass over them all."""
+        answer = self._answer  # whole: the message the events make
         out = self._out
         deltas: list[bytes] = []
-        run: list[bytes] = []  # whole: the deltas since the last other event
+        assembled = 0  # whole: the deltas given to the answer so far (each run of them before the next other event)
         chunks: list[Chunk | None] = []
         for payload in payloads:
             if payload.startswith(_DELTA):
                 deltas.append(payload)
-                if whole:
-                    run.append(payload)
-                else:
+                if answer is None:
                     out += (_DELTA_EVENT, payload, b"\n\n")
                 continue
-            if run:
-                self._seen.append(run)
-                run = []
+            if answer is not None and len(deltas) > assembled:
+                answer.deltas(deltas[assembled:])
+                assembled = len(deltas)
             translated = self._other(payload)
             if translated is None:
                 chunks.append(None)
             else:
                 chunks += translated
-        if run:
-            self._seen.append(run)
+        if answer is not None and len(deltas) > assembled:
+            answer.deltas(deltas[assembled:])
         if not deltas:
             return 0, False, chunks
         # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
@@ -343,83 +321,18 @@ class MessagesPassThrough(MessagesTranslator, PassThroughEvents):
         if event is None:
             return None
         kind = event.get("type")
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            event["message"]["model"] = self.model
-            if not self.whole:
-                payload = orjson.dumps(event)
-        if self.whole:
-            self._seen.append(event)
+        if self._answer is not None:
+            if kind == "message_start" and isinstance(event.get("message"), dict):
+                event["message"]["model"] = self.model
+            self._answer.event(event)
         elif kind != "error":  # an error event is rendered by the gateway, as any failure is
+            if kind == "message_start" and isinstance(event.get("message"), dict):
+                message = event["message"]
+                renamed = self.renamed(payload, message.get("model"))
+                message["model"] = self.model
+                payload = renamed if renamed is not None else orjson.dumps(event)
             self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")
         return self.translate(event)
 
     def result(self) -> dict[str, Any]:
-        runs = [e for e in self._seen if type(e) is list]
-        count = sum(map(len, runs))
-        try:
-            values = orjson.loads(b"[" + b",".join(chain.from_iterable(runs)) + b"]")
-        except orjson.JSONDecodeError:
-            values = None
-        if values is None or len(values) != count:  # a malformed one: each on its own, it left out
-            values = [loads(p) or {} for run in runs for p in run]
-        events: list[dict[str, Any]] = []
-        at = 0
-        for seen in self._seen:
-            if type(seen) is list:
-                events += values[at:at + len(seen)]
-                at += len(seen)
-            else:
-                events.append(seen)  # type: ignore[arg-type]
-        return assemble_message(events)
-
-
-# A delta's type -> the field of its block its pieces make (joined at the end).
-_PIECES = {"text_delta": ("text", "text"), "thinking_delta": ("thinking", "thinking"),
-           "input_json_delta": ("partial_json", "partial_json")}
-_ABSENT = object()
-
-
-def assemble_message(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `message` object a stream of Messages events makes, blocks as they came."""
-    message: dict[str, Any] = {}
-    blocks: dict[int, dict[str, Any]] = {}
-    pieces: dict[tuple[int, str], list[str]] = {}  # (block index, field) -> its deltas, joined at the end
-    into: list[str] = []  # the pieces of the last delta's block and field: most deltas continue it
-    last: tuple[int, tuple[str, str] | None] = (-1, None)
-    for event in events:
-        if type(event) is not dict:
-            continue
-        kind, index = event.get("type"), event.get("index")
-        if kind == "content_block_delta":  # most of them: one per token
-            delta = event.get("delta")
-            if type(index) is not int or index not in blocks or type(delta) is not dict:
-                continue
-            piece = _PIECES.get(delta.get("type"))  # type: ignore[arg-type]
-            if piece is not None:
-                text = delta.get(piece[1], _ABSENT)
-                if text is not _ABSENT:
-                    if (index, piece) != last:
-                        into, last = pieces.setdefault((index, piece[0]), []), (index, piece)
-                    into.append(text if type(text) is str else str(text))
-            elif "signature" in delta:
-                blocks[index]["signature"] = delta["signature"]
-            elif "citation" in delta:
-                blocks[index].setdefault("citations", []).append(delta["citation"])
-        elif kind == "message_start":
-            message = {**(event.get("message") or {}), "content": []}
-        elif kind == "content_block_start" and isinstance(index, int):
-            blocks[index] = dict(event.get("content_block") or {})
-        elif kind == "message_delta":
-            message.update(event.get("delta") or {})
-            message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
-    for (index, field), texts in pieces.items():
-        block = blocks[index]
-        if field == "partial_json":  # a tool_use block's input, streamed as JSON text
-            try:
-                block["input"] = orjson.loads("".join(texts) or "{}")
-            except orjson.JSONDecodeError:
-                block["input"] = {}
-        else:
-            block[field] = str(block.get(field) or "") + "".join(texts)
-    message["content"] = [blocks[i] for i in sorted(blocks)]
-    return message
+        return (self._answer or MessageAnswer()).result()

@@ -196,31 +196,21 @@ _UNPARSED = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_ca
 _UNPARSED_WHOLE = {**_UNPARSED, b"response.in_progress": NO_TOKEN}
 
 
-class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
+class ResponsesPassThrough(PassThroughEvents, ResponsesTranslator):
     """Pass-through for a Responses client: every event still translated (so it is measured) and
     kept as it came -- reasoning items with encrypted_content, unknown items -- for the client: as
     SSE events to `take()` while streaming, or the final `response` (`result()`) when `whole`. Only
-    `response.model` becomes the public name."""
+    `response.model` becomes the public name, in the event's bytes."""
 
     def __init__(self, model: str, whole: bool) -> None:
         ResponsesTranslator.__init__(self)
         PassThroughEvents.__init__(self, model, whole)
         self._final: dict[str, Any] = {}
         self._unparsed = _UNPARSED_WHOLE if whole else _UNPARSED
-
-    def events(self, payload: bytes) -> list[Chunk] | None:
-        if payload.startswith(_DELTA):  # most events: forwarded as they are, unparsed
-            kind = payload[_KIND_AT:payload.find(b'"', len(_DELTA))]
-            token = self._unparsed.get(kind)
-            if token is not None:
-                if not self.whole:
-                    self._out += (b"event: ", kind, b"\ndata: ", payload, b"\n\n")
-                return token
-        return self._parsed(payload)
+        self._upstream: Any = None  # the upstream's model name, once `response.created` has said it
 
     def read(self, payloads: list[bytes]) -> Read:
-        """The events of one network read, as `events()` takes them one by one, with the ones that are
-        not parsed (most of them) handled inline."""
+        """The events of one network read, with the ones that are not parsed (most of them) handled inline."""
         unparsed, whole, out = self._unparsed, self.whole, self._out
         tokens = 0
         answered = False
@@ -236,12 +226,23 @@ class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
                         tokens += 1
                         answered = answered or token is ANSWER_TOKEN
                     continue
+                if kind == b"response.in_progress" and self._renamed_unparsed(payload):
+                    continue
             translated = self._parsed(payload)
             if translated is None:
                 chunks.append(None)
             else:
                 chunks += translated
         return tokens, answered, chunks
+
+    def _renamed_unparsed(self, payload: bytes) -> bool:
+        """A streaming client's `response.in_progress` (it translates to nothing) passed on with the model
+        renamed in its bytes, unparsed, once `response.created` has said the upstream's model name."""
+        renamed = self.renamed(payload, self._upstream)
+        if renamed is None:
+            return False
+        self._out += (b"event: response.in_progress\ndata: ", renamed, b"\n\n")
+        return True
 
     def _parsed(self, payload: bytes) -> list[Chunk] | None:
         """An event that is parsed: kept for the client with its `response.model` renamed, and translated."""
@@ -251,10 +252,15 @@ class ResponsesPassThrough(ResponsesTranslator, PassThroughEvents):
         kind = event.get("type")
         response = event.get("response")
         if isinstance(response, dict) and "model" in response:
+            upstream = response["model"]
             response["model"] = self.model
-            payload = orjson.dumps(event)
             if kind in ("response.completed", "response.incomplete"):
                 self._final = response
+            elif kind == "response.created":
+                self._upstream = upstream
+            if not self.whole:
+                renamed = self.renamed(payload, upstream)
+                payload = renamed if renamed is not None else orjson.dumps(event)
         if not self.whole and kind not in ("error", "response.failed"):  # failures: the gateway renders them
             self._out += (b"event: ", str(kind).encode(), b"\ndata: ", payload, b"\n\n")
         return self.translate(event)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -30,8 +29,9 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.serve.lag import Budget, LoopLag
 from gateway.upstreams.client import TRANSPORT_ERRORS, UpstreamResponse, redact
 from gateway.upstreams.limit_headers import Reported
+from gateway.upstreams.meter import Meter
 from gateway.upstreams.sse import DONE, SSEDecoder
-from gateway.upstreams.wire import END, Translator
+from gateway.upstreams.wire import END, Chunk, Translator
 
 
 class StreamBroken(UpstreamError):
@@ -40,46 +40,6 @@ class StreamBroken(UpstreamError):
     def __init__(self, message: str, status: int = 502, body: dict[str, Any] | None = None) -> None:
         super().__init__(message, status=status, body=body)
         self.metric_label = "stream_broken"
-
-
-@dataclass(slots=True)
-class Meter:
-    """Timings (perf_counter seconds) and counts of one attempt. Mutable; owned by one coroutine."""
-
-    t_sent: float
-    t_first: float | None = None
-    t_first_answer: float | None = None
-    t_last: float | None = None
-    t_end: float | None = None
-    token_chunks: int = 0
-    usage: dict[str, Any] | None = None
-    malformed: int = 0
-    done: bool = False
-    prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
-    usage_estimated: bool = False
-    served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
-    tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
-
-    def settle_usage(self) -> None:
-        """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""
-        if self.usage is None and (self.t_first is not None or self.done):
-            output = self.output_tokens
-            self.usage = {"prompt_tokens": self.prompt_estimate, "completion_tokens": output,
-                          "total_tokens": self.prompt_estimate + output, "estimated": True}
-            self.usage_estimated = True
-
-    @property
-    def output_tokens(self) -> int:
-        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
-            return int(self.usage["completion_tokens"])
-        return round(self.token_chunks * self.tokens_per_chunk)
-
-    @property
-    def decode_tps(self) -> float | None:
-        n = self.output_tokens
-        if n < 2 or self.t_first is None or self.t_last is None or self.t_last <= self.t_first:
-            return None
-        return (n - 1) / (self.t_last - self.t_first)
 
 
 Event = tuple[bytes, dict[str, Any]]  # one SSE `data:` payload as received, and its parsed chunk
@@ -386,25 +346,34 @@ class TranslatedStream(UpstreamStream):
                 if chunk is END:
                     meter.done = True
                     continue
-                if "error" in chunk:
-                    raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
-                choices = chunk["choices"]
-                if choices:
-                    delta = choices[0]["delta"]
-                    if delta.get("content"):
-                        tokens += 1
+                kind = self._translated(chunk)
+                if kind is not None:
+                    tokens += 1
+                    if kind is not False:
                         answered = True
-                        texts.append(delta["content"])
-                    elif delta.get("tool_calls"):
-                        tokens += 1
-                        answered = True
-                    elif delta.get("reasoning_content"):
-                        tokens += 1
-                elif chunk.get("usage"):
-                    meter.usage = chunk["usage"]
+                        if kind is not True:
+                            texts.append(kind)
                 out.append((orjson.dumps(chunk), chunk))
         self._metered(tokens, answered, texts, now)
         return out
+
+    def _translated(self, chunk: Chunk) -> str | bool | None:
+        """What one translated chunk (not `END`) is to the meter: its answer text, True for another
+        answer token (a tool call's), False for reasoning, None for no token (its usage kept, an
+        error raised)."""
+        if "error" in chunk:
+            raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+        choices = chunk["choices"]
+        if choices:
+            delta = choices[0]["delta"]
+            if delta.get("content"):
+                return delta["content"]  # type: ignore[no-any-return]
+            if delta.get("tool_calls"):
+                return True
+            return False if delta.get("reasoning_content") else None
+        if chunk.get("usage"):
+            self.meter.usage = chunk["usage"]
+        return None
 
     def _parse_native(self, payloads: list[bytes], now: float) -> list[Event]:
         """A pass-through read: the translator keeps its events for the client and counts their
@@ -417,16 +386,10 @@ class TranslatedStream(UpstreamStream):
                 meter.malformed += 1
             elif chunk is END:
                 meter.done = True
-            elif "error" in chunk:
-                raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
-            elif chunk["choices"]:
-                delta = chunk["choices"][0]["delta"]
-                if delta.get("content") or delta.get("tool_calls"):  # (a tool call's start)
+            else:
+                kind = self._translated(chunk)  # (a tool call's start, among them)
+                if kind is not None:
                     tokens += 1
-                    answered = True
-                elif delta.get("reasoning_content"):
-                    tokens += 1
-            elif chunk.get("usage"):
-                meter.usage = chunk["usage"]
+                    answered = answered or kind is not False
         self._metered(tokens, answered, (), now)
         return [(b"", {})] if tokens or chunks else []

@@ -98,6 +98,7 @@ class PassThroughEvents:
     def __init__(self, model: str, whole: bool) -> None:
         self.model = model
         self.whole = whole
+        self._public: PublicModel | None = None  # made by the first event that names the model
         self._out: list[bytes] = []
 
     def take(self) -> bytes:
@@ -106,6 +107,65 @@ class PassThroughEvents:
 
     def read(self, payloads: list[bytes]) -> Read:
         raise NotImplementedError
+
+    def renamed(self, payload: bytes, upstream: Any) -> bytes | None:
+        """An event naming the model `upstream` with the public name in its bytes (`PublicModel.renamed`)."""
+        if self._public is None:
+            self._public = PublicModel(self.model)
+        return self._public.renamed(payload, upstream)
+
+    def events(self, payload: bytes) -> list[Chunk] | None:
+        """One event as a `Translator` takes it: a read of its own. (The stream reader gives a
+        pass-through translator whole reads; this is for one event at a time.)"""
+        tokens, answered, chunks = self.read([payload])
+        if tokens:
+            return ANSWER_TOKEN if answered else REASONING_TOKEN
+        return None if chunks == [None] else chunks  # type: ignore[return-value]
+
+
+_NULL_USAGE = b',"usage":null'
+
+
+class PublicModel:
+    """Gives a chunk the public model name without re-encoding it: the provider's compact
+    `"model":"<its name>"` is replaced in the bytes when it occurs exactly once (a JSON string value
+    cannot contain it unescaped, so once means the chunk's own field). A chunk that has no `model`,
+    or where the pattern is missing or repeated, is re-encoded, as every chunk used to be."""
+
+    __slots__ = ("_from", "_pattern", "_target", "model")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._target = b'"model":' + orjson.dumps(model)
+        self._from: object = None
+        self._pattern = b""
+
+    def __call__(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
+        upstream = chunk.get("model")
+        if upstream == self.model:
+            return payload
+        out = self.renamed(payload, upstream)
+        if out is not None:
+            return out
+        chunk["model"] = self.model
+        return orjson.dumps(chunk)
+
+    def renamed(self, payload: bytes, upstream: Any) -> bytes | None:
+        """`payload` with `"model":<upstream>` made the public name if it occurs exactly once (an
+        object nested in an event, as a pass-through's `message` or `response`, too), else None."""
+        if upstream is not None and upstream != self._from and isinstance(upstream, str):
+            self._from, self._pattern = upstream, b'"model":' + orjson.dumps(upstream)
+        if upstream == self._from and payload.count(self._pattern) == 1:
+            return payload.replace(self._pattern, self._target)
+        return None
+
+    def without_usage(self, payload: bytes, chunk: dict[str, Any]) -> bytes:
+        """The chunk without its `usage` field (most often `"usage":null`, as OpenAI sends it)."""
+        if chunk["usage"] is None and payload.count(_NULL_USAGE) == 1:
+            return self(payload.replace(_NULL_USAGE, b""), chunk)
+        del chunk["usage"]
+        chunk["model"] = self.model
+        return orjson.dumps(chunk)
 
 
 def error_chunk(message: str, status: int, kind: str | None) -> Chunk:
@@ -136,4 +196,4 @@ def loads(payload: bytes) -> dict[str, Any] | None:
 
 
 __all__ = ["ANSWER_TOKEN", "END", "NO_TOKEN", "REASONING_TOKEN", "Chunk", "ChunkHead", "JsonTranslator", "Outgoing",
-           "PassThroughEvents", "Read", "Translator", "chat_usage", "error_chunk", "loads"]
+           "PassThroughEvents", "PublicModel", "Read", "Translator", "chat_usage", "error_chunk", "loads"]

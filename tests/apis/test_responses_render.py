@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -81,7 +80,7 @@ def test_json_response_from_an_assembled_completion() -> None:
     assert [(i["type"], i.get("call_id")) for i in response["output"]] == [("message", None), ("function_call", "c1")]
 
 
-NAMED = replace(CALL, tool_names={"multi_agent_v1__spawn_agent": ToolName("spawn_agent", "multi_agent_v1"),
+NAMED = CALL._replace(tool_names={"multi_agent_v1__spawn_agent": ToolName("spawn_agent", "multi_agent_v1"),
                                   "apply_patch": ToolName("apply_patch", custom=True)})
 
 

@@ -185,3 +185,23 @@ async def test_a_pass_through_stream_is_metered_from_its_reads_whole() -> None:
     assert meter.usage is not None and meter.usage["completion_tokens"] == 6 and not meter.usage_estimated
     assert stream.served_tier == "fast" and stream.native is not None
     assert stream.native.result()["content"][2]["input"] == {"city": "Paris"}
+
+
+def test_events_naming_the_model_are_streamed_as_they_came_but_for_the_name() -> None:
+    """The events that name the model (Messages' message_start, Responses' response.* ones) reach a
+    streaming client byte for byte, escapes as the upstream wrote them, only the model renamed."""
+    start = (b'{"type":"message_start","message":{"id":"msg_1","model":"upstream-model","content":[],'
+             b'"usage":{"input_tokens":1},"note":"caf\\u00e9"}}')
+    messages = MessagesPassThrough("public-model", whole=False)
+    messages.read([start])
+    renamed = start.replace(b"upstream-model", b"public-model")
+    assert messages.take() == b"event: message_start\ndata: " + renamed + b"\n\n"
+    events = [b'{"type":"%s","response":{"id":"resp_1","model":"upstream-model","status":"in_progress",'
+              b'"output":[],"note":"caf\\u00e9"}}' % kind for kind in (b"response.created", b"response.in_progress")]
+    responses = ResponsesPassThrough("public-model", whole=False)
+    responses.read(events)
+    kinds = (b"response.created", b"response.in_progress")
+    renamed_events = [e.replace(b"upstream-model", b"public-model") for e in events]
+    assert responses.take() == b"".join(b"event: %s\ndata: %s\n\n" % pair
+                                        for pair in zip(kinds, renamed_events, strict=True))
+    assert responses.head.model == "public-model"
