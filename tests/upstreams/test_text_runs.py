@@ -76,7 +76,8 @@ async def test_runs_that_do_not_decode_as_one_string_are_read_chunk_by_chunk(end
     good = chunk({"content": "a"})
     malformed = good.replace(b'"a"', b'"b\\"', 1)  # its closing quote escaped: not JSON
     ends_in_backslash = good.replace(b'"a"', b'"c\\\\"', 1)  # text `c\`: would join its neighbour's escape
-    for odd in (malformed, ends_in_backslash):
+    unescaped_quote = good.replace(b'"a"', b'"a"b"', 1)  # in the run's form, but not JSON: the run does not decode
+    for odd in (malformed, ends_in_backslash, unescaped_quote):
         apart, joined = await both_ways(endpoint, good + odd + good + good + event("[DONE]"))
         assert contents(joined) == contents(apart)
 
