@@ -8,8 +8,8 @@ bytes before and after the text (its `Form`) are decoded as one JSON string: the
 joined. They become one chunk, the first one's with the run's joined text, counted as the tokens
 they were. A run that does not decode as one string (a malformed chunk) is parsed chunk by chunk, as
 every chunk used to be; a text ending in a backslash (it could join its neighbour's escape) ends a
-run and is parsed on its own; so are
-chunks in another form (a provider that varies a field per chunk, tool calls, reasoning, logprobs).
+run and is parsed on its own; so are chunks in another form (a provider that varies a field per
+chunk, tool calls, reasoning, logprobs).
 Parsing whole chunks costs ~10k instructions each, most of a JSON answer's read.
 """
 
