@@ -106,7 +106,7 @@ async def open_attempt(upstreams: Upstreams, endpoint: Endpoint, body: Outgoing,
         raise await _error_from_response(response, endpoint)
     if body.translator is None:
         stream = UpstreamStream(endpoint, response, meter, stall_s, lag, whole=upstream == "embeddings",
-                                first_token_early=streaming)
+                                first_token_early=streaming, joins_text=not streaming and upstream == "chat")
     else:
         stream = TranslatedStream(endpoint, response, meter, stall_s, lag, translator=body.translator())
     stream.reported = read_limits(response.headers, endpoint.provider.api == "anthropic")

@@ -31,6 +31,7 @@ from gateway.upstreams.client import TRANSPORT_ERRORS, UpstreamResponse, redact
 from gateway.upstreams.limit_headers import Reported
 from gateway.upstreams.meter import Meter
 from gateway.upstreams.sse import DONE, SSEDecoder
+from gateway.upstreams.text_runs import text_run, with_text
 from gateway.upstreams.wire import END, Chunk, Translator
 
 
@@ -80,7 +81,8 @@ class UpstreamStream:
     native: Any = None  # a pass-through translator (upstreams/passthrough.py): the client gets its events
 
     def __init__(self, endpoint: Endpoint, response: UpstreamResponse, meter: Meter, stall_s: float,
-                 lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False) -> None:
+                 lag: LoopLag | None = None, whole: bool = False, first_token_early: bool = False,
+                 joins_text: bool = False) -> None:
         self.endpoint = endpoint
         self._lag = lag  # the loop's own lag does not count against the stall timeout
         self.whole = whole  # one JSON answer, not SSE (embeddings): read whole at the gate
@@ -97,6 +99,9 @@ class UpstreamStream:
         # waiting for the parse of the read's other events. (A JSON client waits for all of them.)
         self._early = first_token_early
         self._unparsed: list[bytes] = []
+        # For a client that did not stream (`joins_text`): runs of text chunks of one read come as one
+        # chunk with their joined text, decoded in one call (upstreams/text_runs.py).
+        self._joins_text = joins_text
         self._unparsed_at = 0.0  # when that read arrived: the time its tokens are metered at
         self.answer: list[str] = []  # choice 0's content read so far: what a continuation is given
         self._ended = False
@@ -151,8 +156,10 @@ class UpstreamStream:
         texts: list[str] = []
         tokens = 0  # token chunks in this read (reasoning included)
         answered = False  # one of them was answer (not reasoning)
-        events = iter(payloads)
-        for payload in events:
+        i = 0
+        while i < len(payloads):
+            payload = payloads[i]
+            i += 1
             if payload == DONE:
                 meter.done = True
                 continue
@@ -166,6 +173,7 @@ class UpstreamStream:
                 continue
             if "error" in chunk:
                 raise _error_from_event(redact(chunk["error"], self.endpoint.provider))
+            content = None
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta")
                 content = delta.get("content") if delta else None
@@ -183,8 +191,17 @@ class UpstreamStream:
                 meter.usage = chunk["usage"]
             chunks.append((payload, chunk))
             if defer and tokens:
-                self._unparsed, self._unparsed_at = list(events), now
+                self._unparsed, self._unparsed_at = payloads[i:], now
                 break
+            if content and self._joins_text and i < len(payloads):
+                run = text_run(payloads, i, payload, chunk)
+                if run is None:  # none here: most likely none in this stream, and trying costs
+                    self._joins_text = False
+                    continue
+                i += run.count
+                tokens += run.count
+                texts.append(run.text)
+                chunks.append((b"", with_text(chunk, run.text)))  # the payload is not kept: nobody relays it
         self._metered(tokens, answered, texts, now)
         return chunks
 
