@@ -6,6 +6,7 @@ load generator, records it with `py-spy record --format raw` (every thread, idle
 the share of samples per package (by the frame that was running: "self" time) and the top functions
 by self and by inclusive time. `--api messages|responses`: a pass-through path instead of chat
 completions (as in `instructions.py`). `--speedscope FILE` also writes the speedscope profile.
+`--full`: the gateway as `make bench`'s "full" one (Redis telemetry, a client key on every request).
 py-spy needs ptrace rights (root, or kernel.yama.ptrace_scope = 0).
 """
 
@@ -105,6 +106,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--speedscope", help="also write a speedscope profile here")
     parser.add_argument("--raw", help="summarise this raw py-spy file instead of recording")
+    parser.add_argument("--full", action="store_true",
+                        help="the gateway as overhead.py's 'full' one: Redis telemetry and a client key")
     args = parser.parse_args()
     if args.raw:
         summarise(Path(args.raw), args.top)
@@ -113,10 +116,11 @@ def main() -> None:
     os.sched_setaffinity(0, load_cores)
     stub_port = free_port()
     stub = Proc("stub", [sys.executable, str(HERE / "stub_upstream.py"), str(stub_port)], stub_port, load_cores, "/")
-    gw, _ = start_gateway("gateway", write_catalogue(stub_port, "profile"), gw_cores, 1, full=False)
+    gw, key = start_gateway("gateway", write_catalogue(stub_port, "profile"), gw_cores, 1, full=args.full)
     raw = Path(tempfile.mkdtemp(prefix="profile-")) / "gateway.raw"
     path, body = APIS[args.api]
-    data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": args.stream}))
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": args.stream}), headers)
     stop = threading.Event()
 
     def load() -> None:
