@@ -220,7 +220,7 @@ class StoreBase(ABC):
             if hit is not None and 0.0 <= now - hit[0] < self.cache_ttl_s:
                 if now - hit[0] >= self.cache_ttl_s / 2:
                     self._ahead.schedule((endpoint_key, w), hit[0] + self.cache_ttl_s * 0.9 - now,
-                                         self._refresh, endpoint_key, w)
+                                         self._rebuild_view, endpoint_key, w)
                 return hit[1]
         try:
             if now >= self._next_sweep:
@@ -232,7 +232,8 @@ class StoreBase(ABC):
         self._cache.setdefault(endpoint_key, {})[w] = (now, st)
         return st
 
-    def _refresh(self, key: str, window_s: float) -> None:
+    def _rebuild_view(self, key: str, window_s: float) -> None:
+        # Not `_refresh`: RedisStore's `_refresh()` is its Redis read, and a subclass's name would win.
         try:
             now = self.clock()
             if now >= self._next_sweep:

@@ -369,3 +369,22 @@ async def test_view_read_returns_once_a_new_replica_has_read_the_whole_history(
         await c.view_read()
     assert c.refreshes >= 2  # the history took several reads: view_read waited for all of them
     assert c.stats("m/x", 1800).requests == 85
+
+
+async def test_a_view_read_in_its_second_half_is_rebuilt_by_the_timer(
+    redis_url: str, key_prefix: str, stores, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refresh-ahead timer (StoreBase) rebuilds a Redis store's view as a memory store's: it once
+    called RedisStore's own `_refresh()` (its Redis read) by name, a TypeError logged in every timer."""
+    store = await stores(redis_url, "A", key_prefix=key_prefix, clock=clock, cache_ttl_s=0.04)
+    store.record(build_sample("m/x", at=clock.now))
+    first = store.stats("m/x", 300)
+    store.record(build_sample("m/x", at=clock.now))
+    clock.advance(0.025)  # past half the TTL
+    with caplog.at_level(logging.ERROR):
+        assert store.stats("m/x", 300) is first
+        await asyncio.sleep(0.1)  # the timer (due in ~11 ms) has run
+    assert "Traceback" not in caplog.text and "TypeError" not in caplog.text
+    clock.advance(0.02)  # the first view would have expired now: the one the timer made is served
+    rebuilt = store.stats("m/x", 300)
+    assert rebuilt is not first and rebuilt.requests == 2
