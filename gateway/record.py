@@ -114,12 +114,10 @@ class Recorder:
     def progress(self, endpoint: Endpoint, meter: Meter, started_at: float, in_flight_at_start: int) -> None:
         """A stream still running: its decode rate so far, for the router to see a change now
         (speed.py). Not telemetry: the attempt's one sample is recorded when it ends."""
-        if meter.t_first is None or meter.t_last is None or meter.token_chunks < PROGRESS_MIN_CHUNKS:
+        chunks_per_s = meter.chunks_per_s()
+        if chunks_per_s is None or meter.token_chunks < PROGRESS_MIN_CHUNKS:
             return
-        elapsed = meter.t_last - meter.t_first
-        if elapsed <= 0:
-            return
-        rate = (meter.token_chunks - 1) / elapsed * self._tokens_per_chunk.get(endpoint.key, 1.0)
+        rate = chunks_per_s * self._tokens_per_chunk.get(endpoint.key, 1.0)
         load = (in_flight_at_start + max(0, self.telemetry.in_flight(endpoint.key) - 1)) / 2.0
         self.router.progress(endpoint.key, load, rate, started_at)
 
