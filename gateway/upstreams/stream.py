@@ -214,6 +214,9 @@ class UpstreamStream:
             meter.t_last = now
             if meter.t_first is None:
                 meter.t_first = now
+                meter.first_chunks = tokens
+            elif now == meter.t_first:  # the rest of the first read, parsed after its first token (`defer`)
+                meter.first_chunks += tokens
             if answered and meter.t_first_answer is None:
                 meter.t_first_answer = now
         if texts:

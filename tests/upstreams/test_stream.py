@@ -84,6 +84,18 @@ async def test_the_first_token_is_handed_on_before_the_rest_of_its_read_is_parse
     assert stream.answer == ["a", "b", "c"]
 
 
+async def test_the_chunks_of_the_first_read_are_counted_as_arriving_together(endpoint: Endpoint) -> None:
+    # The first read brings three token chunks (the gateway read late), the next two one each: the
+    # decode rate is then judged on the two after the first read (meter.py), also when the first
+    # read's tail is parsed after its first token was handed on.
+    first = chunk({"content": "a"}) + chunk({"content": "b"}) + chunk({"content": "c"})
+    stream = stream_of(endpoint, first, chunk({"content": "d"}), chunk({"content": "e"}), event("[DONE]"))
+    await stream.open_gate(5.0)
+    while await stream.next_batch() is not None:
+        pass
+    assert stream.meter.token_chunks == 5 and stream.meter.first_chunks == 3
+
+
 async def test_an_error_event_in_the_read_of_the_first_token_still_fails_the_gate(endpoint: Endpoint) -> None:
     # Nothing has been sent yet, so the dispatcher can still fall over to another endpoint.
     read = chunk({"content": "a"}) + event({"error": {"message": "overloaded", "code": 503}})
