@@ -1,7 +1,7 @@
 """Instructions per request, counted by valgrind: a measure of the hot path that noise does not move.
 
 `.venv/bin/python benchmarks/instructions.py [--api chat,messages,responses] [--mode json,stream]
-[--requests 400] [--concurrency 8] [CHECKOUT ...]` (`--stream`: `--mode stream`)
+[--requests 400] [--concurrency 8] [--full] [CHECKOUT ...]` (`--stream`: `--mode stream`)
 
 CPU time per request (`make bench`) is what the targets of issue 12 are stated in, but on a shared
 machine two runs of the same code differ by 15% or more, so a change worth 3% cannot be seen in it.
@@ -14,12 +14,15 @@ endpoint, a Responses client on an `api: openai-responses` one). The table gives
 the reference's same cell and against the same checkout's chat cell of the same mode. Each server is
 started once; a cell is counted between `callgrind_control -i on` and `-i off`, then dumped
 (`--keep` keeps the dumps, for `callgrind_annotate`), less what the server does by the clock
-meanwhile (its timers and flushes, counted for 10 s of idle first: a cell takes tens of seconds
-under valgrind, and more on a busy machine). Two runs of the same code agree within a few %.
+meanwhile (its timers and flushes, counted for 10 s of idle after the first cell, while its state
+is still as traffic left it: a cell takes tens of seconds under valgrind, and more on a busy
+machine). Two runs of the same code agree within a few %.
 Instructions are not time -- system calls and cache misses are left out, and `PYTHONMALLOC=malloc`
 (which valgrind needs) makes allocation dearer than pymalloc does -- so use this to compare versions
 of the code and paths through it, and `make bench` for the targets. Needs valgrind (Debian's
-package); each cell takes about 20 s.
+package); each cell takes about 20 s. `--full`: each checkout is also counted as `make bench`'s
+"full" gateway (`overhead.py`: Redis telemetry at BENCH_REDIS_URL, a client key on every request, under
+a key prefix of its own), on a row "CHECKOUT full" with its ratio to the same checkout's plain cell.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import loadgen  # noqa: E402
-from overhead import APIS, Proc, write_catalogue  # noqa: E402
+from overhead import APIS, Proc, create_key, gateway_env, write_catalogue  # noqa: E402
 
 from tests.harness import ensure_binary, free_port, terminate, wait_ready  # noqa: E402
 
@@ -74,31 +77,38 @@ def _dump(pid: int, out: Path, seen: set[Path]) -> tuple[int, Path]:
     raise RuntimeError("callgrind wrote no dump")
 
 
+def _idle_rate(pid: int, out: Path, seen: set[Path]) -> float:
+    """What the server does by the clock (timers, flushes), in instructions a second, counted while
+    idle: under valgrind a cell takes tens of seconds, more on a busy machine, and that work would be
+    charged to its requests as its wall time varies. Counted after a cell, while the server's state is
+    as traffic left it: a full gateway's background syncs read back and merge what the requests wrote
+    (its ledger, every second of the last minute), which an idle server that never served costs nothing."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    began = time.perf_counter()
+    time.sleep(IDLE_S)
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    return _dump(pid, out, seen)[0] / (time.perf_counter() - began)
+
+
 def count(name: str, command: list[str], cwd: Path, port: int, cells: list[Cell], requests: int,
-          concurrency: int, keep: bool) -> dict[Cell, tuple[float, int]]:
-    """{cell: (instructions per request, errors)} of the server `command` serves on `port`."""
+          concurrency: int, keep: bool, env: dict[str, str], headers: dict[str, str] | None = None,
+          ) -> dict[Cell, tuple[float, int]]:
+    """{cell: (instructions per request, errors)} of the server `command` serves on `port` (started in
+    `env`), its requests carrying `headers`."""
     out = Path(tempfile.mkdtemp(prefix="instructions-")) / "callgrind.out"
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ULTRAROUTE_OPEN")}
-    env["PYTHONMALLOC"] = "malloc"  # valgrind cannot follow pymalloc's arenas
+    env = {**env, "PYTHONMALLOC": "malloc"}  # valgrind cannot follow pymalloc's arenas
     with (out.parent / "server.log").open("wb") as log:
         proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
                                  f"--callgrind-out-file={out}.%p", *command], cwd=cwd, env=env, stdout=log, stderr=log)
-    counts: dict[Cell, tuple[float, int]] = {}
     seen: set[Path] = set()
     try:
         wait_ready(proc, f"http://127.0.0.1:{port}/healthz", 600, name,
                    lambda: (out.parent / "server.log").read_text()[-2000:])
-        # What the server does by the clock (timers, flushes), counted while idle: under valgrind a
-        # cell takes tens of seconds, more on a busy machine, and that work would be charged to
-        # its requests as its wall time varies. Each cell's count is less this rate times its time.
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
-        began = time.perf_counter()
-        time.sleep(IDLE_S)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
-        idle_per_s = _dump(proc.pid, out, seen)[0] / (time.perf_counter() - began)
+        totals: dict[Cell, tuple[int, float, int]] = {}  # cell -> (instructions, seconds, errors)
+        idle_per_s = 0.0
         for api, mode in cells:
             path, body = APIS[api]
-            data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": mode == "stream"}), None)
+            data = loadgen.request_bytes(path, orjson.dumps({**body, "stream": mode == "stream"}), headers)
             uvloop.run(loadgen.run(port, data, concurrency, 100, warmup=20))
             subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
             began = time.perf_counter()
@@ -106,9 +116,13 @@ def count(name: str, command: list[str], cwd: Path, port: int, cells: list[Cell]
             subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
             elapsed = time.perf_counter() - began
             total, dump = _dump(proc.pid, out, seen)
-            counts[(api, mode)] = (total - idle_per_s * elapsed) / requests, result.errors
+            totals[(api, mode)] = total, elapsed, result.errors
             if keep:  # named for its cell, for callgrind_annotate
-                dump.rename(out.parent / f"{Path(name).name}-{api}-{mode}.callgrind")
+                dump.rename(out.parent / f"{Path(name).name.replace(' ', '-')}-{api}-{mode}.callgrind")
+            if len(totals) == 1:
+                idle_per_s = _idle_rate(proc.pid, out, seen)
+        counts: dict[Cell, tuple[float, int]] = {cell: ((total - idle_per_s * elapsed) / requests, errors)
+                                                 for cell, (total, elapsed, errors) in totals.items()}
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
     finally:
@@ -122,16 +136,19 @@ def count(name: str, command: list[str], cwd: Path, port: int, cells: list[Cell]
 
 def table(results: dict[str, dict[Cell, tuple[float, int]]], cells: list[Cell]) -> None:
     reference = results["reference"]
-    print(f"\n{'server':<32}{'api':<11}{'mode':<8}{'k instr/req':>12}{'x reference':>13}{'x chat':>8}{'errors':>8}")
+    print(f"\n{'server':<32}{'api':<11}{'mode':<8}{'k instr/req':>12}{'x reference':>13}{'x chat':>8}{'x plain':>9}"
+          f"{'errors':>8}")
     for name, counts in results.items():
+        plain = results.get(name.removesuffix(" full")) if name.endswith(" full") else None
         for api, mode in cells:
             per_request, errors = counts[(api, mode)]
             ref = f"{per_request / reference[(api, mode)][0]:>12.2f}x" if name != "reference" else f"{'':>13}"
             chat = counts.get(("chat", mode))
             vs_chat = f"{per_request / chat[0]:>7.2f}x" if chat and api != "chat" else f"{'':>8}"
-            print(f"{name:<32}{api:<11}{mode:<8}{per_request / 1e3:>12.0f}{ref}{vs_chat}{errors:>8}")
+            vs_plain = f"{per_request / plain[(api, mode)][0]:>8.2f}x" if plain else f"{'':>9}"
+            print(f"{name:<32}{api:<11}{mode:<8}{per_request / 1e3:>12.0f}{ref}{vs_chat}{vs_plain}{errors:>8}")
     print("(x chat: against the same server's chat completions, same mode; the reference's own ratio shows how\n"
-          " much more its bytes cost a bare proxy)")
+          " much more its bytes cost a bare proxy. x plain: a full gateway against the same checkout's plain one)")
 
 
 def main() -> None:
@@ -143,6 +160,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep each cell's callgrind dump, and say where")
+    parser.add_argument("--full", action="store_true",
+                        help="also count each checkout as overhead.py's 'full' gateway: Redis, a client key")
     args = parser.parse_args()
     apis = args.api.split(",")
     modes = ["stream"] if args.stream else args.mode.split(",")
@@ -159,13 +178,21 @@ def main() -> None:
         port = free_port()
         reference = [sys.executable, str(HERE / "reference.py"), str(port), f"http://127.0.0.1:{stub_port}"]
         results["reference"] = count("reference", reference, HERE, port, cells, args.requests, args.concurrency,
-                                     args.keep)
+                                     args.keep, gateway_env(False))
         for checkout in args.checkouts:
-            port = free_port()
-            gateway = [sys.executable, "-m", "gateway", "serve", "--config", str(catalogue), "--policies", "",
-                       "--port", str(port), "--open"]
-            results[str(checkout)] = count(str(checkout), gateway, checkout.resolve(), port, cells, args.requests,
-                                           args.concurrency, args.keep)
+            for full in (False, True) if args.full else (False,):
+                port = free_port()
+                env = gateway_env(full)
+                # A full gateway has a key prefix of its own (no Redis state of another run or checkout),
+                # and its key is made by the checkout's own code in the store it will use.
+                config = write_catalogue(stub_port, f"instructions-{uuid.uuid4().hex[:8]}") if full else catalogue
+                key = create_key(config, env, checkout.resolve()) if full else None
+                headers = {"authorization": f"Bearer {key}"} if key else None
+                gateway = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--policies", "",
+                           "--port", str(port), *(() if full else ("--open",))]
+                name = f"{checkout} full" if full else str(checkout)
+                results[name] = count(name, gateway, checkout.resolve(), port, cells, args.requests, args.concurrency,
+                                      args.keep, env, headers)
     finally:
         with contextlib.suppress(Exception):
             stub.stop()

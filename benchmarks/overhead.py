@@ -82,6 +82,7 @@ APIS: dict[str, tuple[str, dict[str, object]]] = {
     "responses": ("/v1/responses", {"model": "bench-responses", "max_output_tokens": 16,
                                     "input": [{"role": "user", "content": "Say something."}]}),
 }
+APIS_MODELS = ("bench", PACED_MODEL, "bench-messages", "bench-responses")  # what the full gateway's key may use
 TARGET_CPU_RATIO = 3.5
 TARGET_RPS_RATIO = 0.25
 TARGET_ADDED_MS = 0.25
@@ -189,19 +190,31 @@ def write_catalogue(upstream_port: int, prefix: str) -> Path:
     return path
 
 
-def start_gateway(name: str, catalogue: Path, cores: set[int], workers: int, full: bool) -> tuple[Proc, str | None]:
-    """A gateway; `full`: Redis telemetry and a client key (the caller scrapes /metrics)."""
+def gateway_env(full: bool) -> dict[str, str]:
+    """The environment a gateway is started in: this one's, less any REDIS_URL and ULTRAROUTE_OPEN;
+    `full`: with REDIS_URL set to the bench's Redis."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ULTRAROUTE_OPEN")}
     if full:
         env["REDIS_URL"] = REDIS_URL
+    return env
+
+
+def create_key(catalogue: Path, env: dict[str, str], cwd: Path = HERE.parent) -> str:
+    """A client key for the full gateway, made by `ultraroute keys create` of the code in `cwd` in
+    the store `env` selects (the catalogue's key prefix keeps each run's keys apart): limits far
+    above what a run sends, so it checks them all without ever refusing."""
+    made = subprocess.run([sys.executable, "-m", "gateway", "keys", "--config", str(catalogue), "--policies", "",
+                           "create", "--name", "bench", "--models", ",".join(APIS_MODELS), "--rpm", "10000000",
+                           "--tpm", "1000000000", "--budget", "1000000"], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return made.stdout.strip().splitlines()[-1]
+
+
+def start_gateway(name: str, catalogue: Path, cores: set[int], workers: int, full: bool) -> tuple[Proc, str | None]:
+    """A gateway; `full`: Redis telemetry and a client key (the caller scrapes /metrics)."""
+    env = gateway_env(full)
     base = [sys.executable, "-m", "gateway"]
-    key = None
-    if full:
-        made = subprocess.run([*base, "keys", "--config", str(catalogue), "--policies", "", "create", "--name",
-                               "bench", "--models", f"bench,{PACED_MODEL}", "--rpm", "10000000", "--tpm", "1000000000",
-                               "--budget", "1000000"], env=env, cwd=HERE.parent, capture_output=True, text=True,
-                              timeout=60, check=True)
-        key = made.stdout.strip().splitlines()[-1]
+    key = create_key(catalogue, env) if full else None
     port = free_port()
     args = [*base, "serve", "--config", str(catalogue), "--policies", "", "--port", str(port)]
     if not full:

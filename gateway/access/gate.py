@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from gateway.access.keyring import KeyRing
 from gateway.access.keys import ApiKey, hash_secret, period_end
@@ -22,6 +23,26 @@ from gateway.config import Catalogue
 from gateway.context import ChatRequest
 from gateway.errors import AuthenticationFailed, BudgetExceeded, PermissionDenied, RateLimited
 from gateway.routing.router import split_suffix
+
+
+class LimitKind(NamedTuple):
+    """A per-minute limit as the ledger counts it and OpenAI's headers name it (made once, not per request)."""
+
+    kind: str  # "requests" or "tokens", as the headers and the 429 name it
+    counter: str  # the ledger's name for it
+    cost: int  # what admitting a request adds before it is served (tokens are known only afterwards)
+    limit_header: str
+    remaining_header: str
+    reset_header: str
+
+    @classmethod
+    def named(cls, kind: str, counter: str, cost: int) -> LimitKind:
+        return cls(kind, counter, cost, f"x-ratelimit-limit-{kind}", f"x-ratelimit-remaining-{kind}",
+                   f"x-ratelimit-reset-{kind}")
+
+
+REQUESTS = LimitKind.named("requests", "req", 1)
+TOKENS = LimitKind.named("tokens", "tok", 0)
 
 MISSING_KEY = ("Missing API key: send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`). "
                "An operator creates keys with `ultraroute keys create`.")
@@ -95,23 +116,28 @@ class Access:
                     f"{key.budget_period}; it renews at the start of the next one (UTC).",
                     retry_after_s=period_end(key.budget_period, now) - now)
         headers: dict[str, str] = {}
-        for kind, limit, cost in (("requests", key.rpm, 1), ("tokens", key.tpm, 0)):
-            if limit is None:
-                continue
-            window = self.ledger.window("req" if kind == "requests" else "tok", key.id, now)
-            limit_headers = {f"x-ratelimit-limit-{kind}": str(limit),
-                             f"x-ratelimit-remaining-{kind}": str(max(0, int(limit - window.estimate - cost)))}
-            # Requests: room for this one. Tokens are known only afterwards: room for any.
-            target = limit - cost if kind == "requests" else limit - 1
-            if window.estimate > target:
-                wait = window.seconds_until(target)
-                limit_headers[f"x-ratelimit-reset-{kind}"] = f"{max(1, round(wait))}s"
-                raise RateLimited(f"Rate limit reached for this API key: {limit} {kind} per minute. "
-                                  f"Retry in {max(1, round(wait))}s.",
-                                  limit_kind=kind, retry_after_s=wait, limit_headers=limit_headers)
-            headers.update(limit_headers)
+        if key.rpm is not None:
+            self._within(REQUESTS, key.id, key.rpm, now, headers)
+        if key.tpm is not None:
+            self._within(TOKENS, key.id, key.tpm, now, headers)
         self.ledger.count(key.id, now, requests=1)
         return headers
+
+    def _within(self, limit_of: LimitKind, key_id: str, limit: int, now: float, headers: dict[str, str]) -> None:
+        """Add one limit's x-ratelimit-* headers to `headers`, or raise 429 with them."""
+        estimate = self.ledger.estimate(limit_of.counter, key_id, now)
+        remaining = str(max(0, int(limit - estimate - limit_of.cost)))
+        # Requests: room for this one. Tokens are known only afterwards: room for any.
+        target = limit - limit_of.cost if limit_of.cost else limit - 1
+        if estimate > target:
+            wait = self.ledger.window(limit_of.counter, key_id, now).seconds_until(target)
+            raise RateLimited(f"Rate limit reached for this API key: {limit} {limit_of.kind} per minute. "
+                              f"Retry in {max(1, round(wait))}s.",
+                              limit_kind=limit_of.kind, retry_after_s=wait,
+                              limit_headers={limit_of.limit_header: str(limit), limit_of.remaining_header: remaining,
+                                             limit_of.reset_header: f"{max(1, round(wait))}s"})
+        headers[limit_of.limit_header] = str(limit)
+        headers[limit_of.remaining_header] = remaining
 
     def charge(self, key: ApiKey | None, tokens: int, usd: float, now: float | None = None) -> None:
         if key is None:

@@ -78,6 +78,7 @@ class Ledger:
         self._task: asyncio.Task[None] | None = None
         self.spend_file = spend_file if redis_url is None else None
         self._spend_changed = False
+        self._spend_names: dict[str, tuple[int, Period, str]] = {}  # key id -> (hour, period, spend name)
 
     # -- names ---------------------------------------------------------------------------------
     def _rate_name(self, kind: str, key_id: str, minute: int) -> str:
@@ -85,7 +86,15 @@ class Ledger:
         return f"{self.prefix}:{kind}s:{key_id}:{minute}"
 
     def _spend_name(self, key: ApiKey, now: float) -> str:
-        return f"{self.prefix}:usd:{key.id}:{period_id(key.budget_period, now)}"
+        # Asked twice a request (admit, charge): the name is the same for the whole hour, so it is
+        # kept per key with the hour and period it was made for (one entry per key).
+        hour = int(now // 3600)
+        made = self._spend_names.get(key.id)
+        if made is not None and made[0] == hour and made[1] == key.budget_period:
+            return made[2]
+        name = f"{self.prefix}:usd:{key.id}:{period_id(key.budget_period, now)}"
+        self._spend_names[key.id] = (hour, key.budget_period, name)
+        return name
 
     # -- the hot path: memory only -----------------------------------------------------------
     def _value(self, name: str) -> float:
@@ -103,22 +112,32 @@ class Ledger:
         counts = self._counts.get((kind, key_id))
         return Window(counts, now, 0.0 if counts is None else counts.count(now))
 
+    def estimate(self, kind: str, key_id: str, now: float) -> float:
+        """`window(kind, key_id, now).estimate`, without the Window: what admitting a request reads."""
+        counts = self._counts.get((kind, key_id))
+        return 0.0 if counts is None else counts.count(now)
+
     def spend(self, key: ApiKey, now: float) -> float:
         return self._value(self._spend_name(key, now))
 
     def count(self, key_id: str, now: float, requests: int = 0, tokens: int = 0) -> None:
-        for kind, amount in (("req", requests), ("tok", tokens)):
-            if not amount:
-                continue
-            counts = self._counts.get((kind, key_id))
-            if counts is None:
-                counts = self._counts[(kind, key_id)] = SlidingMinute()
-            counts.add(now, amount)
-            if self._redis is not None:
-                pending = self._rate_pending.setdefault((kind, key_id), {})
-                second = int(now)
-                pending[second] = pending.get(second, 0.0) + amount
+        if requests:
+            self._count(("req", key_id), now, requests)
+        if tokens:
+            self._count(("tok", key_id), now, tokens)
         self._recent[key_id] = now
+
+    def _count(self, rate: tuple[str, str], now: float, amount: int) -> None:
+        counts = self._counts.get(rate)
+        if counts is None:
+            counts = self._counts[rate] = SlidingMinute()
+        counts.add(now, amount)
+        if self._redis is not None:
+            pending = self._rate_pending.get(rate)
+            if pending is None:
+                pending = self._rate_pending[rate] = {}
+            second = int(now)
+            pending[second] = pending.get(second, 0.0) + amount
 
     def charge(self, key: ApiKey, usd: float, now: float) -> None:
         if usd > 0 and math.isfinite(usd):

@@ -39,16 +39,20 @@ class SlidingMinute:
     def add(self, now: float, amount: float) -> None:
         """Count `amount` at `now` (seconds since the epoch); a time already out of the window is ignored."""
         second = int(now)
-        self._turn(second)
-        if second <= self._second - SLOTS:
+        if second > self._second:  # (tested here: counted and read twice a request, most in the same second)
+            self._turn(second)
+        elif second <= self._second - SLOTS:
             return
         self._counts[second % SLOTS] += amount
         self._total += amount
 
     def count(self, now: float) -> float:
         """What was counted in the buckets overlapping (now - 60 s, now]."""
-        self._turn(int(now))
-        return max(0.0, self._total)  # never below zero through float rounding
+        second = int(now)
+        if second > self._second:
+            self._turn(second)
+        total = self._total
+        return total if total > 0.0 else 0.0  # never below zero through float rounding
 
     def seconds_until(self, target: float, now: float) -> float:
         """How long until `count` falls to `target` or below, if nothing more is counted: bucket `b`

@@ -91,6 +91,20 @@ async def test_admit_requests_per_minute(tmp_path: Path) -> None:
     assert access.admit(key, NOW + 61)  # the window has room again
 
 
+async def test_admit_headers_of_both_limits(tmp_path: Path) -> None:
+    access, [(key, _)] = await access_with(tmp_path, KeySpec(name="a", rpm=3, tpm=100))
+    assert list(access.admit(key, NOW).items()) == [
+        ("x-ratelimit-limit-requests", "3"), ("x-ratelimit-remaining-requests", "2"),
+        ("x-ratelimit-limit-tokens", "100"), ("x-ratelimit-remaining-tokens", "100")]
+    access.charge(key, tokens=40, usd=0.0, now=NOW)
+    assert access.admit(key, NOW + 1)["x-ratelimit-remaining-tokens"] == "60"
+    access.charge(key, tokens=60, usd=0.0, now=NOW + 1)
+    with pytest.raises(RateLimited) as err:  # requests have room (one left); tokens have none
+        access.admit(key, NOW + 2)
+    assert err.value.headers() == {"x-ratelimit-limit-tokens": "100", "x-ratelimit-remaining-tokens": "0",
+                                   "x-ratelimit-reset-tokens": "59s", "retry-after": "59", "x-should-retry": "true"}
+
+
 async def test_admit_tokens_per_minute_and_budget(tmp_path: Path) -> None:
     access, [(key, _), (budgeted, _)] = await access_with(
         tmp_path, KeySpec(name="a", tpm=100), KeySpec(name="b", budget_usd=0.01, budget_period="day"))

@@ -33,6 +33,26 @@ def test_memory_ledger_counts_and_forgets() -> None:
     assert ledger._shared == {}
 
 
+def test_spend_follows_the_period_and_a_changed_key() -> None:
+    # The spend name is kept per key for the hour: a new day, or a key changed from a daily budget to a
+    # monthly one, is charged and read under its own period's name at once.
+    ledger = Ledger(None, "t")
+    daily, _ = new_key(KeySpec(name="a", budget_usd=1, budget_period="day"))
+    midnight = 1_800_057_600.0  # 2027-01-15 00:00 UTC
+    ledger.charge(daily, 0.25, midnight - 1)
+    assert ledger.spend(daily, midnight - 1) == 0.25
+    assert ledger.spend(daily, midnight) == 0  # the next day, one second later
+    ledger.charge(daily, 0.5, midnight)
+    assert (ledger.spend(daily, midnight - 1), ledger.spend(daily, midnight)) == (0.25, 0.5)
+    monthly = daily.model_copy(update={"budget_period": "month"})  # the same key, now budgeted by the month
+    assert ledger.spend(monthly, midnight) == 0
+    ledger.charge(monthly, 0.125, midnight)
+    assert (ledger.spend(monthly, midnight), ledger.spend(daily, midnight)) == (0.125, 0.5)
+    assert ledger.estimate("req", daily.id, midnight) == 0
+    ledger.count(daily.id, midnight, requests=2)
+    assert ledger.estimate("req", daily.id, midnight + 1) == ledger.window("req", daily.id, midnight + 1).estimate == 2
+
+
 async def test_replicas_share_counts_through_redis(redis_url: str) -> None:
     prefix = f"t-{uuid.uuid4().hex[:8]}"
     key, _ = new_key(KeySpec(name="a", budget_usd=1))
