@@ -306,7 +306,6 @@ class Dispatcher:
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request),
-                              busy_at_sent=self.recorder.busy_s(endpoint),
                               tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint))
                 try:
                     stream = await open_attempt(self.upstreams, endpoint, body, meter, budget_s,
