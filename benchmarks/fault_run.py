@@ -207,7 +207,7 @@ def _phases(gw: GatewayProcess, sim: SimProcess, redis: PrivateRedis, own: int, 
     marks.phases.append(("drop", time.monotonic()))
     time.sleep(phase_s)
     # Counted now: the simulator keeps its last 1000 attempts, and the wait below can outlast them.
-    dropped = sum(1 for a in sim.stats("fast")["attempts"] if a["outcome"] == "dropped")
+    dropped = _fast_attempts(sim, "dropped")
     # The broken streams opened the fast tier's circuit: let a probe close it, so that the 503s
     # below are met by client requests, not skipped.
     sim.patch("fast", faults={"drop_rate": 0.0})
@@ -216,15 +216,14 @@ def _phases(gw: GatewayProcess, sim: SimProcess, redis: PrivateRedis, own: int, 
     # already in flight when the fault cleared (0.2 s), with the tier still passed over, and then the
     # 503 phase sent it nothing (seen: "answered 503 to 0 requests").
     healed_at = time.time()
-    wait(lambda: sum(1 for a in sim.stats("fast")["attempts"] if a["t"] >= healed_at and a["outcome"] == "ok") >= 5,
-         "the fast tier serves new requests again", 60)
+    wait(lambda: _fast_attempts(sim, "ok", since=healed_at) >= 5, "the fast tier serves new requests again", 60)
     marks.events.append(f"the fast tier served again {time.monotonic() - marks.phases[-1][1]:.1f} s after "
                         "its streams stopped breaking")
     sim.patch("fast", faults={"error_rate": 1.0, "error_status": 503})
     marks.phases.append(("503", time.monotonic()))
     refusing_at = time.time()
     time.sleep(phase_s)
-    refused = sum(1 for a in sim.stats("fast")["attempts"] if a["t"] >= refusing_at and a["outcome"] == "error")
+    refused = _fast_attempts(sim, "error", since=refusing_at)
     marks.faults_met = {"dropped": dropped, "503": refused}
     marks.events.append(f"the fast tier dropped {dropped} streams and answered 503 to {refused} requests")
     marks.phases.append(("clear", time.monotonic()))
@@ -237,6 +236,12 @@ def _phases(gw: GatewayProcess, sim: SimProcess, redis: PrivateRedis, own: int, 
                         f"{time.monotonic() - marks.phases[-1][1]:.1f} s")
     if gw.proc.returncode != 0:
         raise RuntimeError(f"the gateway exited {gw.proc.returncode} after SIGTERM: {gw.logs()[-2000:]}")
+
+
+def _fast_attempts(sim: SimProcess, outcome: str, since: float = 0.0) -> int:
+    """The fast tier's attempts with `outcome` that arrived at or after `since` (wall clock), of the
+    last 1000 the simulator keeps."""
+    return sum(1 for a in sim.stats("fast")["attempts"] if a["t"] >= since and a["outcome"] == outcome)
 
 
 def kinds(record: Record, marks: Marks) -> str:
