@@ -306,7 +306,8 @@ class Dispatcher:
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request),
-                              tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint))
+                              tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint),
+                              lag_at_sent=self.recorder.lag_now())
                 try:
                     stream = await open_attempt(self.upstreams, endpoint, body, meter, budget_s,
                                          self.limits.stall_timeout_s, self.lag, request.upstream, request.stream)

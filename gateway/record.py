@@ -15,6 +15,8 @@ from gateway.config import Endpoint
 from gateway.health.board import HealthBoard
 from gateway.observability.metrics import Metrics
 from gateway.routing.router import Router
+from gateway.routing.speed import stalled
+from gateway.serve.lag import LoopLag
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstreams.stream import PROGRESS_MIN_CHUNKS, Meter
@@ -62,8 +64,10 @@ class Recorder:
     always come in pairs."""
 
     def __init__(self, telemetry: TelemetryStore, router: Router, health: HealthBoard,
-                 metrics: Metrics | None = None, capacity: Capacity | None = None) -> None:
+                 metrics: Metrics | None = None, capacity: Capacity | None = None,
+                 lag: LoopLag | None = None) -> None:
         self.telemetry = telemetry
+        self.lag = lag  # the event loop's lag: a decode rate measured through a stall is judged apart
         self.router = router
         self.health = health
         self.metrics = metrics
@@ -77,6 +81,10 @@ class Recorder:
         """Tokens per content chunk in the endpoint's last answer with usage (1 before one): what a
         stream without usage (one that broke, say) is estimated at."""
         return self._tokens_per_chunk.get(endpoint.key, 1.0)
+
+    def lag_now(self) -> float:
+        """The loop's lag so far (`LoopLag.total`): kept in an attempt's meter when it is sent."""
+        return 0.0 if self.lag is None else self.lag.total()
 
     def begin(self, endpoint: Endpoint) -> int:
         """An attempt starts; returns how many were already in flight at that endpoint."""
@@ -95,7 +103,8 @@ class Recorder:
         at_end = max(0, self.telemetry.in_flight(endpoint.key) - 1)  # others, before this one ends
         # Read before the router remembers this turn: whether the session's last turn was served here.
         stayed = session_key is not None and self.router.sessions.get(session_key) == endpoint.key
-        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed)
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed,
+                             self.lag_now() - meter.lag_at_sent)
         if meter.usage_estimated and endpoint.stream_usage and endpoint.key not in self._no_usage:
             self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
             log.warning("endpoint %s sent no usage; the gateway estimates it (say `stream_usage: false` "
@@ -117,6 +126,8 @@ class Recorder:
         chunks_per_s = meter.chunks_per_s()
         if chunks_per_s is None or meter.token_chunks < PROGRESS_MIN_CHUNKS:
             return
+        if stalled(self.lag_now() - meter.lag_at_sent, meter.t_last - meter.t_first):  # (both set: a rate)
+            return  # read late, then all at once: the rate so far is the gateway's stall, not news
         rate = chunks_per_s * self._tokens_per_chunk.get(endpoint.key, 1.0)
         load = (in_flight_at_start + max(0, self.telemetry.in_flight(endpoint.key) - 1)) / 2.0
         self.router.progress(endpoint.key, load, rate, started_at)
@@ -131,6 +142,7 @@ def make_sample(
     in_flight_at_start: int,
     in_flight_at_end: int | None = None,
     stayed: bool = False,
+    loop_lag_s: float = 0.0,
 ) -> AttemptSample:
     end = meter.t_end if meter.t_end is not None else time.perf_counter()
     usage = meter.usage or {}
@@ -159,5 +171,6 @@ def make_sample(
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
         stayed=stayed,
+        loop_lag_s=loop_lag_s,
     )
     return sample

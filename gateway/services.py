@@ -71,7 +71,7 @@ def _configured(config: Config, upstreams: Upstreams, telemetry: TelemetryStore,
     router = Router(config.catalogue, telemetry, RouterSettings(explore_rate=gw.explore_rate,
                                                                 sticky_idle_s=gw.sticky_idle_s),
                     rng=random.Random(gw.random_seed), unavailable=health.unavailable)
-    recorder = Recorder(telemetry, router, health, metrics, capacity)
+    recorder = Recorder(telemetry, router, health, metrics, capacity, lag)
     limits = DispatchLimits(stall_timeout_s=gw.stall_timeout_s, ttft_budget_multiplier=gw.ttft_budget_multiplier,
                             ttft_budget_min_s=gw.ttft_budget_min_s, ttft_budget_max_s=gw.ttft_budget_max_s,
                             deadline_s=gw.deadline_s, max_wait_s=config.retry.max_wait_s)

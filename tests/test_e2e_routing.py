@@ -130,7 +130,11 @@ def test_no_matching_endpoint_is_a_404_naming_each_reason(gateway: GatewayProces
 
 def test_premium_tier_that_is_slower_spills_and_says_so(gateway: GatewayProcess) -> None:
     body = {"model": "flash", "messages": USER, "speed": "fast", "provider": {"only": ["std", "highspeed"]}}
-    r = httpx.post(f"{gateway.base_url}/chat/completions", json=body)
+    # Measured more than `stale_after_s` ago (the fixture), highspeed may take the first request as its
+    # re-check (routing/explore.py `passed_over`); measured slower again, it spills from then on.
+    served_by = [httpx.post(f"{gateway.base_url}/chat/completions", json=body) for _ in range(2)]
+    assert [r.headers["x-ultraroute-endpoint"] for r in served_by].count("highspeed") <= 1
+    r = served_by[-1]
     assert r.headers["x-ultraroute-endpoint"] == "std" and r.headers["x-ultraroute-tier"] == "standard"
     assert r.headers["x-ultraroute-fallback"] == "highspeed->std (slower)"
 

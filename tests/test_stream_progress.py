@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.config import Endpoint
 from gateway.health.board import HealthBoard
@@ -100,6 +101,34 @@ def test_the_recorder_reports_tokens_not_chunks(tmp_path: Path) -> None:
     assert router.progressed == [(ep.key, 0.0, 20.0, 200.0)]  # 10 chunks/s, two tokens each
     recorder.progress(ep, Meter(t_sent=0.0, t_first=0.1, t_last=0.2, token_chunks=3), 200.0, 0)
     assert len(router.progressed) == 1  # too few chunks to judge a rate by
+
+
+class Lag:
+    """A LoopLag whose total the test sets."""
+
+    def __init__(self) -> None:
+        self.lagged = 0.0
+
+    def total(self) -> float:
+        return self.lagged
+
+
+def test_a_rate_read_through_a_stall_of_the_gateways_loop_is_not_reported_nor_a_surprise(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    store, router, lag = MemoryStore(), Router(), Lag()
+    recorder = Recorder(store, router, HealthBoard(), lag=lag)  # type: ignore[arg-type]
+    lag.lagged = 5.0
+    meter = Meter(t_sent=0.0, t_first=0.1, t_last=1.1, token_chunks=11, lag_at_sent=recorder.lag_now())
+    recorder.begin(ep)
+    lag.lagged += 0.01  # a busy loop: 10 ms late over a second of decode
+    recorder.progress(ep, meter, 200.0, 0)
+    assert [rate for _, _, rate, _ in router.progressed] == [10.0]
+    lag.lagged += 0.5  # then half a second of stall: the rate so far is the gateway's
+    recorder.progress(ep, meter, 200.0, 0)
+    assert len(router.progressed) == 1
+    meter.t_end = 1.2
+    sample = recorder.record(ep, meter, Outcome.OK, 200, 200.0, 0)
+    assert sample.loop_lag_s == pytest.approx(0.51)  # kept: the router judges it (speed.stalled)
 
 
 async def test_the_first_report_comes_early_once_enough_chunks_span_it(tmp_path: Path) -> None:

@@ -83,6 +83,30 @@ class Explorer:
         return None
 
 
+    def passed_over(self, ranked: Ranked) -> Candidate | None:
+        """Without a sort: a premium endpoint spilled behind the next tier as slower (`ranked.slower`),
+        re-checked as `pick` re-checks one with a sort -- one that slowed all at once at growing
+        intervals for a while (recheck.py), then once per `stale_after_s` while it has no recent
+        sample. Nothing else sends it a request: one sample slowed by a stall (the gateway's or the
+        host's) kept a healthy fast tier passed over, unmeasured, for 13-48 s of a fault run."""
+        if self.settings.explore_rate <= 0:
+            return None
+        slower = ranked.slower
+        now = self._clock()
+        recheck = self.rechecks.due(slower, [c.endpoint.key for c in slower], self._in_flight, now)
+        if recheck is not None:
+            return recheck
+        stale_after = self.settings.stale_after_s
+        for c in slower:
+            key = c.endpoint.key
+            age = ranked.stats[key].age_s
+            if (age is None or age > stale_after) and now - self.explored.get(key, -1e18) >= stale_after \
+                    and not self._in_flight(key):
+                self.explored[key] = now
+                return c
+        return None
+
+
 def best_case_s(endpoint: Endpoint, measured: Curve, n_tokens: int, prompt_tokens: int) -> float:
     """The least end-to-end time an endpoint would take for this request alone, by its measured curve or
     by its catalogue claims, whichever promises more (inf: neither gives a decode rate, nothing known)."""

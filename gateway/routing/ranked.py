@@ -54,6 +54,9 @@ class Ranked:
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
     cold: tuple[Candidate, ...]  # first-group endpoints never measured
     stale: tuple[Candidate, ...]  # first-group endpoints with no recent sample
+    # Premium endpoints spilled behind the next tier as predicted slower: without a sort nothing else
+    # explores, and they are re-checked (explore.py `passed_over`), or one false slow-down would stand.
+    slower: tuple[Candidate, ...]
     by_key: dict[str, Candidate]
     index: dict[str, int]  # endpoint key -> position in `candidates`
     cache_pays: bool  # some endpoint's cached input is cheaper: stickiness pays without a session id

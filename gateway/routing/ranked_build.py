@@ -89,6 +89,7 @@ def build_ranked(static: Static, prefs: Preferences, shape: RequestShape, stats:
         live_choice=sort is _THROUGHPUT or sort is _E2E,
         cold=tuple(c for c in group if c.figures.source != "measured"),
         stale=stale,
+        slower=tuple(c for c in ordered if "slower" in c.notes) if spills else (),
         by_key={c.endpoint.key: c for c in ordered},
         index={c.endpoint.key: i for i, c in enumerate(ordered)},
         cache_pays=any(cache_pays(c.endpoint) for c in ordered),

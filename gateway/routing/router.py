@@ -40,7 +40,7 @@ from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, f
 from gateway.routing.ranked import Ranked, Scored, Static
 from gateway.routing.ranked_build import DERIVE_SESSION_ABOVE, build_ranked, cache_pays
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
-from gateway.routing.speed import Curve, SpeedModel, curve
+from gateway.routing.speed import Curve, SpeedModel, curve, stalled
 from gateway.routing.stay import judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
@@ -113,7 +113,8 @@ class Router:
                 first = model.tps.w < 0.5 and sample.decode_tps is not None
                 slowed_at = model.slowed_at
                 restarted = model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock(),
-                                          sample.started_at)
+                                          sample.started_at,
+                                          stalled(sample.loop_lag_s, sample.e2e_s - (sample.ttft_s or 0.0)))
                 # Its first measured speed replaces a claim, a sudden slow-down the old fit: do not
                 # wait for the ranking's TTL.
                 if first or restarted:
@@ -306,6 +307,11 @@ class Router:
             explored = self._explorer.pick(ranked, default, scored)
             if explored is not None:
                 return Candidate(explored.endpoint, explored.figures, explored.tier_rank, (*explored.notes, "explore"))
+        elif ranked.slower:
+            rechecked = self._explorer.passed_over(ranked)
+            if rechecked is not None:
+                return Candidate(rechecked.endpoint, rechecked.figures, rechecked.tier_rank,
+                                 (*rechecked.notes, "recheck"))
         if scored is not None:  # sort: throughput
             return fastest_now(ranked, scored, self.settings.near_equal, self._rng,
                                lambda s: predicted(ranked, s, trial))

@@ -62,6 +62,11 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 # A sample this many times slower than the local fit predicts at its load: the endpoint changed. A
 # tier slowed to a third is well past it; noise of a busy machine over half a second of decode is not.
 SURPRISE = 2.0
+# A decode rate measured while the gateway's own event loop lagged this share of its decode span or
+# more is not a surprise either way: a stalled loop reads a stream late and then all at once, so one
+# stream at 600 tok/s read through a 300 ms stall measured 170, and one read just after it 1,700 --
+# and a fast tier was passed over on that one sample (fault run). It still counts in the fit.
+STALLED_SHARE = 0.25
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one ...
 CAPACITY_PROBE_MAX_S = 80.0  # ... after each probe a 429 answered, twice as long, up to this
 # A failed attempt costs roughly another try elsewhere: expected time is scaled by 1 + this x error rate
@@ -114,19 +119,20 @@ class SpeedModel:
         self._probe_every = CAPACITY_PROBE_S
 
     def observe(self, in_flight: float, decode_tps: float | None, ttft_s: float | None, now: float,
-                sent_at: float | None = None) -> bool:
-        """One finished attempt (`sent_at`: when its request was sent, wall clock). True when it
-        restarted the fit (silence or a slow surprise) or rescaled it (a fast one: `_recovered`):
-        then rankings built on the old fit are stale."""
+                sent_at: float | None = None, lagged: bool = False) -> bool:
+        """One finished attempt (`sent_at`: when its request was sent, wall clock; `lagged`: measured
+        through a lag of the gateway's loop, so no surprise). True when it restarted the fit (silence
+        or a slow surprise) or rescaled it (a fast one: `_recovered`): then rankings built on the old
+        fit are stale."""
         if (decode_tps is None or decode_tps <= 0) and ttft_s is None:
             return False
         if sent_at is not None and sent_at < self._since:
             return False  # older evidence than what the fit was restarted from
         y_tps = None if not decode_tps or decode_tps <= 0 else 1.0 / decode_tps
         gap = math.inf if self._last is None else max(0.0, now - self._last)
-        surprise = y_tps is not None and self._slowed(in_flight, y_tps)
+        surprise = y_tps is not None and not lagged and self._slowed(in_flight, y_tps)
         fresh = gap > FORGET_S or surprise
-        faster = None if fresh or y_tps is None else self._recovered(in_flight, y_tps)
+        faster = None if fresh or lagged or y_tps is None else self._recovered(in_flight, y_tps)
         if faster is not None:  # the endpoint sped up (a slow-down ended): same shape, its new level
             self.tps.scale_y(faster)
         if (surprise or faster is not None) and sent_at is not None:
@@ -247,6 +253,12 @@ class SpeedModel:
             cap = self.learned_capacity = cap + 1
             self._cap_at = now
         return cap
+
+
+def stalled(loop_lag_s: float, span_s: float) -> bool:
+    """Whether a decode rate measured over `span_s` with `loop_lag_s` of the gateway's own loop lag
+    meanwhile is the stall's more than the endpoint's (STALLED_SHARE)."""
+    return loop_lag_s > 0.0 and loop_lag_s >= STALLED_SHARE * span_s
 
 
 class Prediction(NamedTuple):

@@ -47,6 +47,9 @@ class AttemptSample:
     # The session's last turn was served here too: its cached tokens measure the endpoint's cache hit
     # ratio for sessions that stay (a turn that moved cannot hit, whatever the cache).
     stayed: bool = False
+    # The gateway's own event-loop lag while it ran (serve/lag.py): a stalled loop reads a stream late
+    # and then all at once, so the decode rate measured says more about the gateway than the endpoint.
+    loop_lag_s: float = 0.0
 
     @property
     def load(self) -> float:

@@ -27,6 +27,7 @@ class Meter:
     usage_estimated: bool = False
     served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
     tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
+    lag_at_sent: float = 0.0  # the event loop's lag so far when it was sent (serve/lag.py `LoopLag.total`)
 
     def settle_usage(self) -> None:
         """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""

@@ -294,6 +294,55 @@ def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_f
     assert picks(lasts + 1)["a/standard"] == 0  # after a while, left to stale exploration
 
 
+def test_without_a_sort_a_fast_tier_passed_over_as_slower_is_rechecked_and_wins_back_its_traffic(
+        tmp_path: Path) -> None:
+    # `speed: fast` without a sort: nothing explores, yet a fast tier predicted slower than standard is
+    # spilled behind it. One slow sample (a stall) must not keep it there unmeasured (seen: 13-48 s).
+    cat = catalogue(tmp_path, [endpoint("std"), endpoint("quick", "fast")])
+    store, now = MemoryStore(), [0.0]
+    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=10.0)
+    r = Router(cat, store, settings, rng=random.Random(1), clock=lambda: now[0])
+    feed(r, store, "m/std/standard", tps=300, n=8)
+    feed(r, store, "m/quick/fast", tps=600, n=8)
+    fast = Preferences(speed=Speed.FAST)
+
+    def picks(at: float, n: int = 20) -> Counter[str]:
+        now[0] = at
+        return Counter(first(r, fast) for _ in range(n))
+
+    assert picks(0.0) == {"quick/fast": 20}
+    r.progress("m/quick/fast", 0.0, 150.0, sent_at=time.time())  # one stream, stalled: "a quarter"
+    assert picks(0.1) == {"std/standard": 20}
+    assert [(s.endpoint_id, s.reason) for s in r.plan(chat(), fast).spills] == [("quick/fast", "slower")]
+    first_s = settings.recheck.first_s
+    assert picks(first_s + 0.1) == {"quick/fast": 1, "std/standard": 19}  # re-checked once ...
+    assert picks(first_s + 0.2) == {"std/standard": 20}  # ... and not again meanwhile
+    sample = AttemptSample(endpoint_key="m/quick/fast", started_at=time.time(), outcome=Outcome.OK, status=200,
+                           ttft_s=0.5, ttfat_s=0.5, decode_tps=600.0, e2e_s=1.0, output_tokens=100)
+    store.record(sample)
+    r.observe(sample)  # the re-check's answer: as fast as ever
+    assert picks(first_s + 0.3) == {"quick/fast": 20}
+
+
+def test_without_a_sort_a_stale_fast_tier_passed_over_as_slower_is_tried_once_per_stale_after_s(
+        tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("std"), endpoint("quick", "fast")])
+    store = MemoryStore()
+    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=10.0)
+    r = Router(cat, store, settings, rng=random.Random(1))
+    feed(r, store, "m/std/standard", tps=300, n=8)
+    long_ago = time.time() - 60
+    for _ in range(5):  # quick: slower than standard, and not seen for a minute
+        sample = AttemptSample(endpoint_key="m/quick/fast", started_at=long_ago, outcome=Outcome.OK, status=200,
+                               ttft_s=0.5, ttfat_s=0.5, decode_tps=100.0, e2e_s=3.0, output_tokens=100)
+        store.record(sample)
+        r.observe(sample)
+    picks = Counter(first(r, Preferences(speed=Speed.FAST)) for _ in range(20))
+    assert picks == {"quick/fast": 1, "std/standard": 19}
+    plan = r.plan(chat(), Preferences(speed=Speed.FAST))
+    assert plan.candidates[0].endpoint.id == "std/standard"  # once per stale_after_s, not per request
+
+
 def test_a_fallbacks_entry_ranks_its_model_for_its_own_speed_and_request(tmp_path: Path) -> None:
     path = tmp_path / "two.yaml"  # m, and a fallback model f: standard, and a fast tier of 10 output tokens at most
     path.write_text(yaml.safe_dump({

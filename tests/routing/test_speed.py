@@ -5,7 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.routing.speed import CAPACITY_PROBE_S, HANG_S, Curve, SpeedModel, fallback_scores, predict
+from gateway.routing.speed import (
+    CAPACITY_PROBE_S,
+    HANG_S,
+    STALLED_SHARE,
+    Curve,
+    SpeedModel,
+    fallback_scores,
+    predict,
+    stalled,
+)
 from gateway.telemetry.fit import LoadFit
 from tests.routing.helpers import catalogue, endpoint
 
@@ -214,6 +223,22 @@ def test_a_sample_far_faster_than_the_fit_rescales_it_keeping_its_slope(tmp_path
     for t in range(4):
         crowded.observe(10, 50.0, 0.1, now=t * 0.01, sent_at=t * 0.01)
     assert crowded.observe(0, 200.0, 0.1, now=0.1, sent_at=0.1) is False
+
+
+def test_a_rate_measured_through_the_gateways_own_stall_is_no_surprise_either_way(tmp_path: Path) -> None:
+    # 600 tok/s read through a 300 ms stall of the gateway's loop measured 170 (and one read just
+    # after it, all at once, 1,700): not the endpoint's news. It still counts in the fit, as one sample.
+    ep = _endpoint(tmp_path)
+    model = SpeedModel()
+    for t in range(10):
+        model.observe(2, 600.0, 0.03, now=t * 0.1, sent_at=t * 0.1)
+    assert model.observe(2, 170.0, 0.03, now=1.1, sent_at=1.0, lagged=True) is False
+    assert model.observe(2, 1700.0, 0.03, now=1.2, sent_at=1.1, lagged=True) is False
+    assert model.slowed_at == -math.inf
+    assert _tps(model, 2, ep) > 300  # blended, not restarted from it
+    assert model.observe(2, 170.0, 0.03, now=1.3, sent_at=1.2) is True  # the same rate, no stall: a change
+    assert stalled(0.3, 0.4) and stalled(STALLED_SHARE * 0.1, 0.1) and stalled(0.05, 0.0)
+    assert not stalled(0.005, 0.1) and not stalled(0.0, 0.0)
 
 
 def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
