@@ -306,6 +306,7 @@ class Dispatcher:
                 in_flight = self.recorder.begin(endpoint)
                 started_at = time.time()
                 meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request),
+                              busy_at_sent=self.recorder.busy_s(endpoint),
                               tokens_per_chunk=self.recorder.tokens_per_chunk(endpoint),
                               lag_at_sent=self.recorder.lag_now())
                 try:

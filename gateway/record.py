@@ -49,6 +49,9 @@ def attempt_cost(endpoint: Endpoint, input_tokens: int, cached: int, output: int
 
 
 NO_WRITES = (0, 0)
+# An attempt shorter than this (a refusal answered at once) has no mean load to speak of: the counts at
+# its start and end are as good, and a division by a few µs of clock is not.
+MIN_MEAN_S = 0.001
 
 
 def _cache_writes(usage: dict[str, object]) -> tuple[int, int]:
@@ -101,9 +104,10 @@ class Recorder:
         session_key: str | None = None,
     ) -> AttemptSample:
         at_end = max(0, self.telemetry.in_flight(endpoint.key) - 1)  # others, before this one ends
+        mean = self._mean_load(endpoint, meter)
         # Read before the router remembers this turn: whether the session's last turn was served here.
         stayed = session_key is not None and self.router.sessions.get(session_key) == endpoint.key
-        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed,
+        sample = make_sample(endpoint, meter, outcome, status, started_at, in_flight_at_start, at_end, stayed, mean,
                              self.lag_now() - meter.lag_at_sent)
         if meter.usage_estimated and endpoint.stream_usage and endpoint.key not in self._no_usage:
             self._no_usage.add(endpoint.key)  # once: the operator may mark it in the catalogue
@@ -120,6 +124,20 @@ class Recorder:
             self.metrics.attempt(endpoint, sample)
         return sample
 
+    def busy_s(self, endpoint: Endpoint) -> float:
+        """The endpoint's in-flight integral now (store.busy_s), kept in an attempt's meter when sent."""
+        return self.telemetry.busy_s(endpoint.key)
+
+    def _mean_load(self, endpoint: Endpoint, meter: Meter) -> float | None:
+        """Others in flight on average since the attempt was sent (itself, counted throughout, apart);
+        None for an attempt not counted in flight (a probe) or too short to say."""
+        if meter.busy_at_sent is None:
+            return None
+        elapsed = time.perf_counter() - meter.t_sent
+        if elapsed < MIN_MEAN_S:
+            return None
+        return max(0.0, (self.telemetry.busy_s(endpoint.key) - meter.busy_at_sent) / elapsed - 1.0)
+
     def progress(self, endpoint: Endpoint, meter: Meter, started_at: float, in_flight_at_start: int) -> None:
         """A stream still running: its decode rate so far, for the router to see a change now
         (speed.py). Not telemetry: the attempt's one sample is recorded when it ends."""
@@ -129,7 +147,9 @@ class Recorder:
         if stalled(self.lag_now() - meter.lag_at_sent, meter.t_last - meter.t_first):  # (both set: a rate)
             return  # read late, then all at once: the rate so far is the gateway's stall, not news
         rate = chunks_per_s * self._tokens_per_chunk.get(endpoint.key, 1.0)
-        load = (in_flight_at_start + max(0, self.telemetry.in_flight(endpoint.key) - 1)) / 2.0
+        load = self._mean_load(endpoint, meter)
+        if load is None:
+            load = (in_flight_at_start + max(0, self.telemetry.in_flight(endpoint.key) - 1)) / 2.0
         self.router.progress(endpoint.key, load, rate, started_at)
 
 
@@ -142,6 +162,7 @@ def make_sample(
     in_flight_at_start: int,
     in_flight_at_end: int | None = None,
     stayed: bool = False,
+    in_flight_mean: float | None = None,
     loop_lag_s: float = 0.0,
 ) -> AttemptSample:
     end = meter.t_end if meter.t_end is not None else time.perf_counter()
@@ -170,6 +191,7 @@ def make_sample(
                               meter.served_tier, written),
         in_flight_at_start=in_flight_at_start,
         in_flight_at_end=in_flight_at_end,
+        in_flight_mean=in_flight_mean,
         stayed=stayed,
         loop_lag_s=loop_lag_s,
     )

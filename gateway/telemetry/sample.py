@@ -44,6 +44,11 @@ class AttemptSample:
     # Others in flight when it ended; None where unknown. With the count at start it gives the load
     # the attempt ran under (`load`): requests that all start at once each see few at start, many after.
     in_flight_at_end: int | None = None
+    # Others in flight on average while it ran (the store's in-flight integral over the attempt), where
+    # known: what `load` is then. Twelve that start within 30 ms and run together each ran beside 11,
+    # where the counts at start and end said ~5 on average: the curve fitted to such samples lost its
+    # slope, and the router sent a steep tier 12 at once, again and again.
+    in_flight_mean: float | None = None
     # The session's last turn was served here too: its cached tokens measure the endpoint's cache hit
     # ratio for sessions that stay (a turn that moved cannot hit, whatever the cache).
     stayed: bool = False
@@ -53,7 +58,10 @@ class AttemptSample:
 
     @property
     def load(self) -> float:
-        """Others in flight while it ran: the mean of the counts at start and at end (start alone if unknown)."""
+        """Others in flight while it ran: on average over its time where known, else the mean of the counts
+        at start and at end (start alone if unknown)."""
+        if self.in_flight_mean is not None:
+            return self.in_flight_mean
         if self.in_flight_at_end is None:
             return float(self.in_flight_at_start)
         return (self.in_flight_at_start + self.in_flight_at_end) / 2.0

@@ -55,6 +55,8 @@ class TelemetryStore(Protocol):
 
     def in_flight(self, endpoint_key: str) -> int: ...
 
+    def busy_s(self, endpoint_key: str) -> float: ...
+
     def in_flight_of(self, endpoint_keys: Sequence[str]) -> list[int]: ...
 
     def stats(self, endpoint_key: str, window_s: float = 300, fresh: bool = False) -> EndpointStats: ...
@@ -88,10 +90,14 @@ class Ewma:
 class _Local:
     """Per-endpoint state that never leaves this replica."""
 
-    __slots__ = ("ewma_tps", "ewma_ttft", "in_flight")
+    __slots__ = ("busy", "busy_at", "ewma_tps", "ewma_ttft", "in_flight")
 
     def __init__(self, alpha: float) -> None:
         self.in_flight = 0
+        # The in-flight count integrated over time (perf_counter s), up to `busy_at`: an attempt's mean
+        # load is its difference over the attempt (`busy_s`).
+        self.busy = 0.0
+        self.busy_at = time.perf_counter()
         self.ewma_ttft = Ewma(alpha)
         self.ewma_tps = Ewma(alpha)
 
@@ -175,13 +181,29 @@ class StoreBase(ABC):
         if loc is None:
             loc = self._local[endpoint_key] = _Local(self.ewma_alpha)
         before = loc.in_flight + self._remote_in_flight(endpoint_key)
+        now = time.perf_counter()
+        loc.busy += before * (now - loc.busy_at)
+        loc.busy_at = now
         loc.in_flight += 1
         return before
 
     def end(self, endpoint_key: str) -> None:
         loc = self._local.get(endpoint_key)
         if loc is not None and loc.in_flight > 0:
+            now = time.perf_counter()
+            loc.busy += (loc.in_flight + self._remote_in_flight(endpoint_key)) * (now - loc.busy_at)
+            loc.busy_at = now
             loc.in_flight -= 1
+
+    def busy_s(self, endpoint_key: str) -> float:
+        """In-flight requests (all replicas: the others' as last read) integrated over time up to now,
+        in request-seconds (perf_counter): what an attempt ran beside is its difference over the attempt
+        divided by the attempt's time. The counts at its start and end alone said far less than
+        that when many start at once: each saw few at start, and ran beside many (AttemptSample.load)."""
+        loc = self._local.get(endpoint_key)
+        if loc is None:
+            return 0.0
+        return loc.busy + (loc.in_flight + self._remote_in_flight(endpoint_key)) * (time.perf_counter() - loc.busy_at)
 
     def in_flight(self, endpoint_key: str) -> int:
         """Live in-flight count: this replica's exact count plus other replicas' last known counts."""

@@ -26,6 +26,7 @@ class Meter:
     prompt_estimate: int = 0  # input tokens estimated from the request, for when no usage comes
     usage_estimated: bool = False
     served_tier: str | None = None  # the tier the provider reported, once the answer is done (pricing)
+    busy_at_sent: float | None = None  # the endpoint's in-flight integral when it was sent (store.busy_s)
     tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
     lag_at_sent: float = 0.0  # the event loop's lag so far when it was sent (serve/lag.py `LoopLag.total`)
 

@@ -224,3 +224,20 @@ def test_series_gives_each_bucket_in_the_window_oldest_first(clock: FakeClock, m
     assert store.series("never/seen") == []
     series[0][1].merge(series[1][1])  # a copy: changing it changes nothing in the store
     assert store.series(KEY, 60)[0][1].requests == 2
+
+
+def test_busy_s_integrates_the_in_flight_count_over_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr("time.perf_counter", lambda: now[0])
+    store = MemoryStore()
+    assert store.busy_s(KEY) == 0.0
+    store.begin(KEY)
+    store.begin(KEY)
+    now[0] = 101.0
+    assert store.busy_s(KEY) == 2.0  # two in flight for a second
+    store.end(KEY)
+    now[0] = 103.0
+    assert store.busy_s(KEY) == 4.0  # then one for two more
+    store.end(KEY)
+    now[0] = 110.0
+    assert store.busy_s(KEY) == 4.0  # none since
