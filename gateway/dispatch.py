@@ -365,7 +365,8 @@ class Dispatcher:
         """A 1-token completion outside any client request (`health/probe.py`), or one of `max_tokens`
         that measures a decode rate (`health/warm_up.py`): within the endpoint's first-token budget, recorded
         in telemetry and costed, but not as a client attempt (no in-flight count, no capacity slot, no
-        breaker observation: the caller reports the result)."""
+        breaker observation: the caller reports the result). It waits its turn at the provider's rate
+        limit (shaper.py), last in line; one the limit does not admit is not sent (`rate_limited`)."""
         if max_tokens == 1:
             body: dict[str, Any] = PROBE_BODY
         else:
@@ -373,9 +374,17 @@ class Dispatcher:
         prompt = body["messages"][0]["content"]
         request = ChatRequest(request_id="probe", body=body, model=endpoint.model, stream=True,
                               include_usage=False, prompt_chars=len(prompt))
-        meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
         started_at = time.time()
         in_flight = self.telemetry.in_flight(endpoint.key)
+        if self.shaper is not None and self.shaper.limits(endpoint):
+            # A probe spends the provider's rate limit as a request does: unshaped, it took a request
+            # the shaper had promised a client's, and that one met a 429. Last in line; not sent if
+            # the limit does not admit it within the first-token budget (a rate-limited probe).
+            tokens = estimated_tokens(request.prompt_chars, max_tokens)
+            if not await self.shaper.acquire(endpoint, tokens, "low", self.first_token_budget(endpoint)):
+                meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
+                return make_sample(endpoint, meter, Outcome.RATE_LIMITED, None, started_at, in_flight)
+        meter = Meter(t_sent=time.perf_counter(), prompt_estimate=prompt_estimate(request))
         try:
             stream = await open_attempt(self.upstreams, endpoint, outgoing(request, endpoint), meter,
                                  self.first_token_budget(endpoint), self.limits.stall_timeout_s)

@@ -26,6 +26,7 @@ from gateway.relay import collect
 from gateway.retry import RetryBudget
 from gateway.routing.figures import Figures
 from gateway.routing.router import Router
+from gateway.shaper import Shaper
 from gateway.telemetry import MemoryStore
 from gateway.telemetry.sample import AttemptSample, Outcome
 from gateway.upstreams.attempt import dropped_for, upstream_body
@@ -364,3 +365,38 @@ async def test_a_fallback_model_is_sent_its_own_request_hedged_or_not(tmp_path: 
     sent = {req.url.host: orjson.loads(req.content) for req in seen}
     assert "max_tokens" not in sent["a.test"]  # the model asked for: the request as asked
     assert sent["b.test"]["max_tokens"] == 7 and sent["b.test"]["model"] == "up-b"
+
+
+async def test_a_probe_takes_its_turn_at_the_providers_rate_limit_or_is_not_sent(tmp_path: Path) -> None:
+    # Unshaped, a probe spent a request the shaper had promised a client's, which then met a 429.
+    path = tmp_path / "limited.yaml"
+    path.write_text(CATALOGUE.replace('a: {base_url: "http://a.test/v1", api_key_env: A_KEY}',
+                                      'a: {base_url: "http://a.test/v1", api_key_env: A_KEY, '
+                                      'rate_limits: {requests_per_minute: 6, burst_s: 30}}'))
+    cat = load_catalogue(path, env={"A_KEY": "sk-test-secret"})[0]
+    a = cat.models["m"][0]
+    seen: list[httpx.Request] = []
+
+    def handle(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return respond(200, OK_STREAM, {"content-type": "text/event-stream"})
+
+    upstreams = Upstreams(cat.providers, lambda provider: httpx.MockTransport(handle))
+    store, health = MemoryStore(), HealthBoard()
+    limits = DispatchLimits(stall_timeout_s=5.0, ttft_budget_min_s=0.2, ttft_budget_max_s=0.2)
+    dispatcher = Dispatcher(upstreams, Recorder(store, Router(cat, store), health), health, store, limits,
+                            RetryBudget())
+    shaper = dispatcher.shaper = Shaper(list(cat.providers.values()))
+    await shaper.start()
+    try:
+        assert (await dispatcher.probe(a)).outcome is Outcome.OK  # the burst (3, less a little) admits it
+        assert len(seen) == 1
+        while await shaper.acquire(a, 1):  # the clients take the rest
+            pass
+        started = time.perf_counter()
+        sample = await dispatcher.probe(a)
+        assert sample.outcome is Outcome.RATE_LIMITED and len(seen) == 1  # not sent
+        assert 0.15 <= time.perf_counter() - started < 1.0  # it waited its turn for the first-token budget
+    finally:
+        await shaper.stop()
+        await upstreams.aclose()
