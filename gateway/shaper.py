@@ -17,9 +17,10 @@ Requests take from the local stock; when it is empty a request waits in a priori
 (`x-ultraroute-priority`, then arrival) for at most the wait the dispatcher allows -- short when there
 is another candidate to spill to (skip reason `rate_limit`), the first-token budget when there is
 not. Health probes and warm-up measures take their turn too, last in line (dispatch.py `probe`):
-they spend the provider's limit as any request does. Without Redis, or while it is unreachable, each replica refills its own bucket at the full rate
-(several replicas may then together overshoot; the outage is logged once), and tries a lease again
-every `RETRY_S`: the first that succeeds ends the outage.
+they spend the provider's limit as any request does. Without Redis, or while it is unreachable, each
+replica refills its own bucket at the full rate (several replicas may then together overshoot; the
+outage is logged once), and tries a lease again every `RETRY_S`: the first that succeeds ends the
+outage.
 
 Queue depth and wait time per endpoint are reported through `on_queue` (`ultraroute_queue_depth`,
 `ultraroute_queue_wait_seconds`).
