@@ -6,12 +6,13 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gateway.config import load_catalogue
+from gateway.config import Catalogue, load_catalogue
 from gateway.context import Fallback, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
 from gateway.policy import PercentileThreshold, Sort, Speed
@@ -268,21 +269,30 @@ def test_e2e_explores_a_stale_endpoint_only_if_it_could_beat_the_best_now(tmp_pa
         assert first(r, Preferences(sort=Sort.THROUGHPUT)) == "b"
 
 
-def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_for_a_while(tmp_path: Path) -> None:
-    cat = catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")])
+def _clocked(cat: Catalogue, prefs: Preferences, stale_after_s: float
+             ) -> tuple[Router, MemoryStore, Callable[..., Counter[str]]]:
+    """A router on a clock the test sets (5% exploration, none of never-measured endpoints), its store,
+    and `picks(at, n=20)`: the first candidates of `n` plans for `prefs` made at time `at`."""
     store, now = MemoryStore(), [0.0]
-    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=1e9)
+    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0,
+                              stale_after_s=stale_after_s)
     r = Router(cat, store, settings, rng=random.Random(1), clock=lambda: now[0])
-    feed(r, store, "m/a/standard", tps=300, n=8)
-    feed(r, store, "m/b", tps=150, n=8)
-    prefs = Preferences(sort=Sort.THROUGHPUT)
-    r.progress("m/a/standard", 0.0, 80.0, sent_at=time.time())  # slowed to a quarter
-    first_s, lasts = settings.recheck.first_s, settings.recheck.for_s
-    second_s = first_s * (1 + settings.recheck.backoff)
 
     def picks(at: float, n: int = 20) -> Counter[str]:
         now[0] = at
         return Counter(first(r, prefs) for _ in range(n))
+
+    return r, store, picks
+
+
+def test_an_endpoint_that_slowed_all_at_once_is_rechecked_at_growing_intervals_for_a_while(tmp_path: Path) -> None:
+    r, store, picks = _clocked(catalogue(tmp_path, [endpoint("a"), endpoint("b", id="b")]),
+                               Preferences(sort=Sort.THROUGHPUT), stale_after_s=1e9)
+    feed(r, store, "m/a/standard", tps=300, n=8)
+    feed(r, store, "m/b", tps=150, n=8)
+    r.progress("m/a/standard", 0.0, 80.0, sent_at=time.time())  # slowed to a quarter
+    first_s, lasts = r.settings.recheck.first_s, r.settings.recheck.for_s
+    second_s = first_s * (1 + r.settings.recheck.backoff)
 
     assert picks(0.1) == {"b": 20}
     assert picks(first_s + 0.1) == {"a/standard": 1, "b": 19}  # one re-check: has it recovered?
@@ -298,23 +308,17 @@ def test_without_a_sort_a_fast_tier_passed_over_as_slower_is_rechecked_and_wins_
         tmp_path: Path) -> None:
     # `speed: fast` without a sort: nothing explores, yet a fast tier predicted slower than standard is
     # spilled behind it. One slow sample (a stall) must not keep it there unmeasured (seen: 13-48 s).
-    cat = catalogue(tmp_path, [endpoint("std"), endpoint("quick", "fast")])
-    store, now = MemoryStore(), [0.0]
-    settings = RouterSettings(explore_rate=0.05, cold_explore_rate=0.0, ranking_ttl_s=0.0, stale_after_s=10.0)
-    r = Router(cat, store, settings, rng=random.Random(1), clock=lambda: now[0])
+    fast = Preferences(speed=Speed.FAST)
+    r, store, picks = _clocked(catalogue(tmp_path, [endpoint("std"), endpoint("quick", "fast")]), fast,
+                               stale_after_s=10.0)
     feed(r, store, "m/std/standard", tps=300, n=8)
     feed(r, store, "m/quick/fast", tps=600, n=8)
-    fast = Preferences(speed=Speed.FAST)
-
-    def picks(at: float, n: int = 20) -> Counter[str]:
-        now[0] = at
-        return Counter(first(r, fast) for _ in range(n))
 
     assert picks(0.0) == {"quick/fast": 20}
     r.progress("m/quick/fast", 0.0, 150.0, sent_at=time.time())  # one stream, stalled: "a quarter"
     assert picks(0.1) == {"std/standard": 20}
     assert [(s.endpoint_id, s.reason) for s in r.plan(chat(), fast).spills] == [("quick/fast", "slower")]
-    first_s = settings.recheck.first_s
+    first_s = r.settings.recheck.first_s
     assert picks(first_s + 0.1) == {"quick/fast": 1, "std/standard": 19}  # re-checked once ...
     assert picks(first_s + 0.2) == {"std/standard": 20}  # ... and not again meanwhile
     sample = AttemptSample(endpoint_key="m/quick/fast", started_at=time.time(), outcome=Outcome.OK, status=200,
