@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from gateway.config import Endpoint
 from gateway.context import Candidate
+from gateway.routing.curve import Curve, curve
 from gateway.routing.ranked import Ranked, Scored
 from gateway.routing.recheck import Rechecks
-from gateway.routing.speed import Curve, curve
 
 if TYPE_CHECKING:
     from gateway.routing.router import RouterSettings

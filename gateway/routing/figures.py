@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from gateway.config import Endpoint
-from gateway.routing.speed import Prediction, SpeedModel, concurrency_limit, predict
+from gateway.routing.curve import Prediction, concurrency_limit, predict
+from gateway.routing.speed import SpeedModel
 from gateway.telemetry.stats import EndpointStats
 
 # Output tokens assumed when the request does not cap them, to price a request.
@@ -35,7 +36,7 @@ class Figures(NamedTuple):
     load: int = 0  # in flight with this request added: the load it was judged at
     e2e_s: float | None = None  # predicted end-to-end for this request
     marginal_s: float = 0.0  # time it would add to the requests already in flight
-    score_s: float = math.inf  # what throughput selection minimises (speed.py)
+    score_s: float = math.inf  # what throughput selection minimises (curve.py)
     capacity: int | None = None  # max_concurrency or learned from 429s, whichever is lower
 
 

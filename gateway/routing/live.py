@@ -16,7 +16,7 @@ from math import inf
 from typing import TYPE_CHECKING
 
 from gateway.policy import Sort
-from gateway.routing.speed import ERROR_PENALTY, TRIAL_CONCURRENCY, Curve, Prediction, fallback_scores
+from gateway.routing.curve import ERROR_PENALTY, TRIAL_CONCURRENCY, Curve, Prediction, fallback_scores
 
 if TYPE_CHECKING:
     from gateway.routing.ranked import Ranked, Scored
@@ -105,7 +105,7 @@ class Fixed:
 
 def trial_share(loads: list[int]) -> int:
     """What a never-measured endpoint may take now: a few, or an even split of the load with this request
-    (speed.TRIAL_CONCURRENCY), until it has been measured."""
+    (curve.TRIAL_CONCURRENCY), until it has been measured."""
     return max(TRIAL_CONCURRENCY, -(-(sum(loads) + 1) // max(1, len(loads))))
 
 

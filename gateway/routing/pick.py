@@ -15,10 +15,10 @@ from typing import TypeVar
 
 from gateway.context import Candidate
 from gateway.policy import Sort
+from gateway.routing.curve import Prediction
 from gateway.routing.figures import Figures, with_prediction
 from gateway.routing.ranked import Ranked, Scored
 from gateway.routing.ranking import sort_value
-from gateway.routing.speed import Prediction
 
 T = TypeVar("T")
 

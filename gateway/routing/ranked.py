@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from gateway.config import Endpoint
 from gateway.context import Candidate, Exclusion, Spill
 from gateway.policy import Sort
+from gateway.routing.curve import Curve
 from gateway.routing.live import Fixed
-from gateway.routing.speed import Curve
 from gateway.telemetry.stats import EndpointStats
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class Ranked:
     live_ranks: tuple[int, ...]  # per live candidate: its tier rank ...
     live_keys: tuple[str, ...]  # ... and its endpoint key
     claims: bool  # some live candidate's speed is only claimed: the trial share limits it (live.py)
-    flaky: bool  # some live candidate fails some attempts: its failures are priced (speed.fallback_scores)
+    flaky: bool  # some live candidate fails some attempts: its failures are priced (curve.fallback_scores)
     n_tokens: int  # output tokens expected of the request
     live_choice: bool  # sort: throughput: chosen live among `live`, stale ones explored for sure
     cold: tuple[Candidate, ...]  # first-group endpoints never measured

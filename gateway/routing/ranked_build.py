@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 from gateway.config import Endpoint
 from gateway.context import Candidate, Preferences
 from gateway.policy import Sort
+from gateway.routing.curve import Curve
 from gateway.routing.explore import best_case_s
 from gateway.routing.filters import RequestShape
 from gateway.routing.live import Fixed
 from gateway.routing.pick import cheap_weights
 from gateway.routing.ranked import Ranked, Static
 from gateway.routing.ranking import prefer_order, rank, soft_thresholds, spill_premium
-from gateway.routing.speed import Curve
 from gateway.routing.stay import cache_credit
 from gateway.telemetry.stats import EndpointStats
 

@@ -4,7 +4,7 @@ All functions are pure: candidates and figures in, a new order out. The steps, i
 router applies them:
 
 1. `rank()`: by tier group, then by the sort key (throughput: predicted end-to-end time of this
-   request at the load it would join, plus the time it adds to the others, lowest first (speed.py);
+   request at the load it would join, plus the time it adds to the others, lowest first (curve.py);
    latency: TTFT with this prompt's prefill, lowest first; e2e: that plus the output's decode at the
    load it would join, lowest first; price: estimated cost of this request, lowest first).
 2. `spill_premium()`: a fast or ultrafast endpoint that is at capacity, or predicted slower than the

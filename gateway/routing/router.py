@@ -32,6 +32,7 @@ from gateway.background import RefreshAhead
 from gateway.config import Catalogue, Endpoint
 from gateway.context import Candidate, ChatRequest, Exclusion, Plan, Preferences
 from gateway.errors import InvalidRequest, ModelNotFound, NoMatchingEndpoint
+from gateway.routing.curve import Curve, curve
 from gateway.routing.explore import Explorer
 from gateway.routing.figures import failure_rate, figures_for, output_tokens
 from gateway.routing.filters import RequestShape, exclusion_reason, matches, request_shape
@@ -40,7 +41,7 @@ from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, f
 from gateway.routing.ranked import Ranked, Scored, Static
 from gateway.routing.ranked_build import DERIVE_SESSION_ABOVE, build_ranked, cache_pays
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
-from gateway.routing.speed import Curve, SpeedModel, curve, stalled
+from gateway.routing.speed import SpeedModel, stalled
 from gateway.routing.stay import judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks

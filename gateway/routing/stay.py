@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from gateway.config import Endpoint
 from gateway.context import Candidate
 from gateway.policy import Sort
+from gateway.routing.curve import ERROR_PENALTY, Curve
 from gateway.routing.figures import Figures, estimated_cost, with_prediction
 from gateway.routing.live import Fixed
-from gateway.routing.speed import ERROR_PENALTY, Curve
 from gateway.routing.sticky import DEFAULT_S_PER_PROMPT_TOKEN, Holder, Verdict, stay_or_move
 from gateway.telemetry.stats import EndpointStats
 

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from gateway.routing.curve import ERROR_PENALTY, Curve
 from gateway.routing.live import Fixed
 from gateway.routing.pick import two_of
-from gateway.routing.speed import ERROR_PENALTY, Curve
 from gateway.telemetry.prefill import PrefillLine
 
 # Curves of every shape `Fixed` distinguishes: a measured prefill line, the load line plus an advertised

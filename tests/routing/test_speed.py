@@ -5,16 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.routing.speed import (
-    CAPACITY_PROBE_S,
-    HANG_S,
-    STALLED_SHARE,
-    Curve,
-    SpeedModel,
-    fallback_scores,
-    predict,
-    stalled,
-)
+from gateway.routing.curve import HANG_S, Curve, fallback_scores, predict
+from gateway.routing.speed import CAPACITY_PROBE_S, STALLED_SHARE, SpeedModel, stalled
 from gateway.telemetry.fit import LoadFit
 from tests.routing.helpers import catalogue, endpoint
 
