@@ -3,9 +3,10 @@
 A request's key is looked up here, never in Redis or the file: the request path does no I/O for
 authentication. A background task polls the store's `version()` every `refresh_s` and reloads when
 it changed, so a revoked key stops working within about that long on every replica. A secret that
-is not in the view triggers one reload (at most one every `miss_refresh_s`, shared by all waiting
-requests), so a key created a moment ago on another replica works at once, while a flood of wrong
-keys costs the store at most a few reads a second. Store unreachable: the last view stays in force.
+is not in the view waits for one reload that starts after it (at most one every `miss_refresh_s`,
+shared by all waiting requests), so a key created a moment ago on another replica works at once,
+while a flood of wrong keys costs the store at most a few reads a second, each refused within
+`miss_refresh_s` and a read. Store unreachable: the last view stays in force.
 
 At start there is no last view: an unreadable store is read again, with backoff, for `start_timeout_s`
 (a Redis Cluster electing a new primary, or one slow under load, answers within seconds), and only
@@ -39,7 +40,8 @@ class KeyRing:
         self.by_id: dict[str, ApiKey] = {}
         self._version: str | None = None
         self._loaded_at = 0.0
-        self._reload: asyncio.Task[None] | None = None
+        self._reload: asyncio.Task[None] | None = None  # the reload a miss waits for ...
+        self._reload_at = 0.0  # ... and when it starts (monotonic)
         self._task: asyncio.Task[None] | None = None
         self.outage = Outage(log, "client keys", "using the keys last loaded", store="the key store")
 
@@ -83,13 +85,23 @@ class KeyRing:
         key = self.by_hash.get(key_hash)
         if key is not None:
             return key
-        if time.monotonic() - self._loaded_at >= self.miss_refresh_s:
+        # Not in the view: wait for a reload that starts after this request came, the next one the rate
+        # allows. Refused at once within `miss_refresh_s` of the last load instead, a key created a
+        # moment after a reload was refused on its first use (401), as a wrong one is.
+        asked = time.monotonic()
+        while True:
             if self._reload is None or self._reload.done():
-                self._reload = asyncio.create_task(self._reload_quietly())
+                self._reload_at = max(asked, self._loaded_at + self.miss_refresh_s)
+                self._reload = asyncio.create_task(self._reload_quietly(self._reload_at - asked))
+            reload_at = self._reload_at
             await asyncio.shield(self._reload)
-        return self.by_hash.get(key_hash)
+            key = self.by_hash.get(key_hash)
+            if key is not None or reload_at >= asked:
+                return key
 
-    async def _reload_quietly(self) -> None:
+    async def _reload_quietly(self, after_s: float = 0.0) -> None:
+        if after_s > 0:
+            await asyncio.sleep(after_s)
         try:
             await self.reload()
         except KeyStoreError as err:
