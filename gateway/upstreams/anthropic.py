@@ -267,6 +267,7 @@ _DELTA_EVENT = b"event: content_block_delta\ndata: "
 _OTHERS = {b'{"type":"content_block_stop"': b"event: content_block_stop\ndata: ",
            b'{"type":"ping"': b"event: ping\ndata: "}
 _OTHER_PREFIXES = tuple(_OTHERS)
+_STOP = b'{"type":"message_stop"'  # the end: nothing in it to read
 
 
 class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
@@ -308,7 +309,10 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
             return 0, False, chunks
         # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
         joined = b"".join(deltas)
-        answer = joined.count(b'"type":"text_delta"') + joined.count(b'"type":"input_json_delta"')
+        text = joined.count(b'"type":"text_delta"')
+        if text == len(deltas):  # most reads: text alone (each count is a pass over the deltas)
+            return text, True, chunks
+        answer = text + joined.count(b'"type":"input_json_delta"')
         return answer + joined.count(b'"type":"thinking_delta"'), answer > 0, chunks
 
     def _other(self, payload: bytes) -> list[Chunk] | None:
@@ -317,6 +321,10 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
             if not self.whole:  # (the message assembled from a whole stream needs neither)
                 self._out += (_OTHERS[payload[:payload.find(b'"', 9) + 1]], payload, b"\n\n")
             return NO_TOKEN
+        if payload.startswith(_STOP):
+            if not self.whole:
+                self._out += (b"event: message_stop\ndata: ", payload, b"\n\n")
+            return [END]
         event = loads(payload)
         if event is None:
             return None

@@ -71,6 +71,18 @@ TEXTS = ["Hello", ', "world"\n', "caf\u00e9 \U0001f600", "back\\slash", "\t", ""
      _delta(1, "signature_delta", "signature", "c2ln")],
     [_delta(2, "input_json_delta", "partial_json", '{"city": '),
      _delta(2, "input_json_delta", "partial_json", '"Paris"}')],
+    # Cut short where a boundary could be misread: a delta ending `"}` only, one whose string's end is
+    # its prefix's own quote, one with a raw NUL, a boundary pattern inside a string.
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b"} }',
+     _delta(0, "text_delta", "text", "c")],
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"}}',
+     _delta(0, "text_delta", "text", "c")],
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b"}}\x00'
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"c"}}'],
+    [_delta(0, "text_delta", "text", 'x"}}\x00{"type":"content_block_delta"'), _delta(0, "text_delta", "text", "y")],
     # Deltas of a block that never started: left out.
     [_delta(7, "text_delta", "text", "nowhere"), _delta(0, "text_delta", "text", "here")],
 ])
