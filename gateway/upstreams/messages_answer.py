@@ -84,8 +84,9 @@ class MessageAnswer:
             pieces = self._pieces[(index, field)] = []
         pieces.append(text)
 
-    def deltas(self, payloads: list[bytes]) -> None:
-        """A run of deltas, unparsed, in stream order: those of one block's compact deltas decoded in one call."""
+    def deltas(self, payloads: list[bytes]) -> str | None:
+        """A run of deltas, unparsed, in stream order: those of one block's compact deltas decoded in
+        one call. Returns the field they make when they were (all of them text, thinking or tool input)."""
         form = compact(payloads[0])
         if form is not None:
             prefix, index, field = form
@@ -94,9 +95,10 @@ class MessageAnswer:
             body = b"\x00".join(payloads)
             if (body.count(b'"}}\x00' + prefix) == len(payloads) - 1 and body.endswith(b'"}}')
                     and self._run(payloads, body, prefix, index, field)):
-                return
+                return field
         for payload in payloads:
             self._parsed(payload)
+        return None
 
     def _run(self, payloads: list[bytes], body: bytes, prefix: bytes, index: int, field: str) -> bool:
         """Compact deltas of one block and field (`body`: NUL-joined) decoded as one string, their
