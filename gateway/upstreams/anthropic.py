@@ -267,6 +267,7 @@ _DELTA_EVENT = b"event: content_block_delta\ndata: "
 _OTHERS = {b'{"type":"content_block_stop"': b"event: content_block_stop\ndata: ",
            b'{"type":"ping"': b"event: ping\ndata: "}
 _OTHER_PREFIXES = tuple(_OTHERS)
+_STOP = b'{"type":"message_stop"'  # the end: nothing in it to read
 
 
 class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
@@ -282,10 +283,13 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
 
     def read(self, payloads: list[bytes]) -> Read:
         """The events of one network read, with the deltas (most of them) handled inline and their
-        tokens counted in one pass over them all."""
+        tokens counted in one pass over them all (whole: those of the runs the answer could not
+        decode in one call; the others are counted by their form)."""
         answer = self._answer  # whole: the message the events make
         out = self._out
         deltas: list[bytes] = []
+        uncounted = deltas if answer is None else []  # the deltas whose tokens are counted in their bytes
+        tokens, answered = 0, False
         assembled = 0  # whole: the deltas given to the answer so far (each run of them before the next other event)
         chunks: list[Chunk | None] = []
         for payload in payloads:
@@ -295,7 +299,7 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
                     out += (_DELTA_EVENT, payload, b"\n\n")
                 continue
             if answer is not None and len(deltas) > assembled:
-                answer.deltas(deltas[assembled:])
+                tokens, answered = self._assemble(deltas[assembled:], tokens, answered, uncounted)
                 assembled = len(deltas)
             translated = self._other(payload)
             if translated is None:
@@ -303,13 +307,27 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
             else:
                 chunks += translated
         if answer is not None and len(deltas) > assembled:
-            answer.deltas(deltas[assembled:])
-        if not deltas:
-            return 0, False, chunks
+            tokens, answered = self._assemble(deltas[assembled:], tokens, answered, uncounted)
+        if not uncounted:
+            return tokens, answered, chunks
         # A JSON string escapes its quotes: `"type":"text_delta"` can only be a delta's own type.
-        joined = b"".join(deltas)
-        answer = joined.count(b'"type":"text_delta"') + joined.count(b'"type":"input_json_delta"')
-        return answer + joined.count(b'"type":"thinking_delta"'), answer > 0, chunks
+        joined = b"".join(uncounted)
+        text = joined.count(b'"type":"text_delta"')
+        if text == len(uncounted):  # most reads: text alone (each count is a pass over the deltas)
+            return tokens + text, True, chunks
+        answer_tokens = text + joined.count(b'"type":"input_json_delta"')
+        return (tokens + answer_tokens + joined.count(b'"type":"thinking_delta"'), answered or answer_tokens > 0,
+                chunks)
+
+    def _assemble(self, run: list[bytes], tokens: int, answered: bool, uncounted: list[bytes]) -> tuple[int, bool]:
+        """Whole: a run of deltas to the answer. One it decoded in one call is all tokens of its kind
+        (added to `tokens`, `answered`); any other is counted in its bytes (left in `uncounted`)."""
+        assert self._answer is not None
+        field = self._answer.deltas(run)
+        if field is None:
+            uncounted += run
+            return tokens, answered
+        return tokens + len(run), answered or field != "thinking"
 
     def _other(self, payload: bytes) -> list[Chunk] | None:
         """An event other than a delta: kept for the client, and translated for the meter."""
@@ -317,6 +335,10 @@ class MessagesPassThrough(PassThroughEvents, MessagesTranslator):
             if not self.whole:  # (the message assembled from a whole stream needs neither)
                 self._out += (_OTHERS[payload[:payload.find(b'"', 9) + 1]], payload, b"\n\n")
             return NO_TOKEN
+        if payload.startswith(_STOP):
+            if not self.whole:
+                self._out += (b"event: message_stop\ndata: ", payload, b"\n\n")
+            return [END]
         event = loads(payload)
         if event is None:
             return None

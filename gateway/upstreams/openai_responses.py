@@ -192,8 +192,13 @@ _UNPARSED = {b"response.output_text.delta": ANSWER_TOKEN, b"response.function_ca
                               b"response.function_call_arguments.done", b"response.reasoning_text.done",
                               b"response.reasoning_summary_part.added", b"response.reasoning_summary_part.done",
                               b"response.reasoning_summary_text.done"), NO_TOKEN)}
-# A client that did not stream gets the final `response` alone: the in-progress one is not read either.
-_UNPARSED_WHOLE = {**_UNPARSED, b"response.in_progress": NO_TOKEN}
+# A client that did not stream gets the final `response` alone: the created and in-progress ones (whose
+# model a streaming client gets renamed) are not read either.
+_UNPARSED_WHOLE = {**_UNPARSED, b"response.created": NO_TOKEN, b"response.in_progress": NO_TOKEN}
+# An added item translates to something only when it is a function call (its first tool-call chunk).
+# (A JSON string escapes its quotes: the pattern can only be a type.)
+_ITEM_ADDED = b"response.output_item.added"
+_FUNCTION_CALL = b'"type":"function_call"'
 
 
 class ResponsesPassThrough(PassThroughEvents, ResponsesTranslator):
@@ -225,6 +230,10 @@ class ResponsesPassThrough(PassThroughEvents, ResponsesTranslator):
                     if token:
                         tokens += 1
                         answered = answered or token is ANSWER_TOKEN
+                    continue
+                if kind == _ITEM_ADDED and payload.find(_FUNCTION_CALL) < 0:  # a message or reasoning item
+                    if not whole:
+                        out += (b"event: ", kind, b"\ndata: ", payload, b"\n\n")
                     continue
                 if kind == b"response.in_progress" and self._renamed_unparsed(payload):
                     continue

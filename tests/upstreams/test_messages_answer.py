@@ -71,6 +71,18 @@ TEXTS = ["Hello", ', "world"\n', "caf\u00e9 \U0001f600", "back\\slash", "\t", ""
      _delta(1, "signature_delta", "signature", "c2ln")],
     [_delta(2, "input_json_delta", "partial_json", '{"city": '),
      _delta(2, "input_json_delta", "partial_json", '"Paris"}')],
+    # Cut short where a boundary could be misread: a delta ending `"}` only, one whose string's end is
+    # its prefix's own quote, one with a raw NUL, a boundary pattern inside a string.
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b"} }',
+     _delta(0, "text_delta", "text", "c")],
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"}}',
+     _delta(0, "text_delta", "text", "c")],
+    [_delta(0, "text_delta", "text", "a"),
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"b"}}\x00'
+     b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"c"}}'],
+    [_delta(0, "text_delta", "text", 'x"}}\x00{"type":"content_block_delta"'), _delta(0, "text_delta", "text", "y")],
     # Deltas of a block that never started: left out.
     [_delta(7, "text_delta", "text", "nowhere"), _delta(0, "text_delta", "text", "here")],
 ])
@@ -92,3 +104,15 @@ def test_a_run_of_one_block_s_compact_deltas_is_decoded_in_one_call(monkeypatch:
     answer.deltas([_delta(0, "text_delta", "text", t) for t in TEXTS])
     assert parsed == []  # none parsed as an event of its own
     assert answer.result()["content"] == [{"type": "text", "text": "".join(TEXTS)}]
+
+
+def test_a_run_says_the_field_it_was_decoded_into_in_one_call_or_none() -> None:
+    """What the reader counts a run's tokens by: decoded in one call, all of it one kind."""
+    answer = MessageAnswer()
+    answer.event(_start(0, {"type": "text", "text": ""}))
+    answer.event(_start(1, {"type": "thinking", "thinking": "", "signature": ""}))
+    assert answer.deltas([_delta(0, "text_delta", "text", t) for t in TEXTS]) == "text"
+    assert answer.deltas([_delta(1, "thinking_delta", "thinking", "a")]) == "thinking"
+    assert answer.deltas([_delta(1, "thinking_delta", "thinking", "a"),
+                          _delta(1, "signature_delta", "signature", "c2ln")]) is None
+    assert answer.deltas([_delta(0, "text_delta", "text", "a"), _delta(1, "thinking_delta", "thinking", "b")]) is None

@@ -205,3 +205,58 @@ def test_events_naming_the_model_are_streamed_as_they_came_but_for_the_name() ->
     assert responses.take() == b"".join(b"event: %s\ndata: %s\n\n" % pair
                                         for pair in zip(kinds, renamed_events, strict=True))
     assert responses.head.model == "public-model"
+
+
+def test_a_read_of_deltas_counts_each_kind_of_token() -> None:
+    """Text, tool input and thinking deltas are tokens (the first two answer), others are not: read in
+    one call, text alone or mixed with the others."""
+    text = _delta(0, {"type": "text_delta", "text": "a"})
+    thinking = _delta(0, {"type": "thinking_delta", "thinking": "b"})
+    tool = _delta(1, {"type": "input_json_delta", "partial_json": "{"})
+    signature = _delta(0, {"type": "signature_delta", "signature": "c2ln"})
+    reads = {(text, text): (2, True), (thinking, thinking): (2, False), (thinking, signature): (1, False),
+             (text, signature): (1, True), (thinking, tool, text): (3, True), (signature,): (0, False)}
+    for read, counted in reads.items():
+        for whole in (True, False):
+            assert MessagesPassThrough("public-model", whole).read(list(read))[:2] == counted, read
+
+
+def _parsed_by(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[bytes]:
+    """The payloads `module` parses as JSON from now on."""
+    parsed: list[bytes] = []
+    real = module.loads
+    monkeypatch.setattr(module, "loads", lambda payload: parsed.append(payload) or real(payload))
+    return parsed
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_responses_pass_through_parses_only_the_events_it_needs(monkeypatch: pytest.MonkeyPatch,
+                                                                   whole: bool) -> None:
+    """What translates to nothing is not parsed: an added item other than a function call (passed on
+    byte for byte), and for a JSON client the created response too (it needs the final one alone).
+    A function call's added item still is (its tool-call start is a token)."""
+    from gateway.upstreams import openai_responses
+    parsed = _parsed_by(monkeypatch, openai_responses)
+    native = ResponsesPassThrough("public-model", whole)
+    tokens, answered, chunks = native.read(RESPONSES)
+    assert [orjson.loads(p)["type"] for p in parsed] == [*([] if whole else ["response.created"]),
+                                                       "response.some_new_event", "response.output_item.added",
+                                                       "response.completed"]
+    assert orjson.loads(parsed[-2])["item"]["type"] == "function_call"
+    assert tokens == 5 and answered and native.served_tier == "priority"  # (the malformed delta's bytes are one)
+    assert sum(1 for c in chunks if c and c.get("choices") and c["choices"][0]["delta"].get("tool_calls")) == 1
+    if not whole:  # the reasoning item's added event, as it came
+        assert b"event: response.output_item.added\ndata: " + RESPONSES[2] + b"\n\n" in native.take()
+    else:
+        assert native.result()["model"] == "public-model" and native.result()["output"][1] == _CALL
+
+
+def test_a_messages_pass_through_does_not_parse_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """message_stop is the end, with nothing to read: not parsed, passed on as it came."""
+    from gateway.upstreams import anthropic
+    parsed = _parsed_by(monkeypatch, anthropic)
+    for whole in (True, False):
+        native = MessagesPassThrough("public-model", whole)
+        assert native.read([STREAM[-1]]) == (0, False, [END])
+        assert native.take() == (b"" if whole else b"event: message_stop\ndata: " + STREAM[-1] + b"\n\n")
+    assert parsed == []
