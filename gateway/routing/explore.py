@@ -82,7 +82,6 @@ class Explorer:
                 return self._rng.choice(chances)
         return None
 
-
     def passed_over(self, ranked: Ranked) -> Candidate | None:
         """Without a sort: a premium endpoint spilled behind the next tier as slower (`ranked.slower`),
         re-checked as `pick` re-checks one with a sort -- one that slowed all at once at growing
