@@ -160,14 +160,21 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
             messages.append({"role": role, "content": content})
         else:
             messages += messages_content.turn(message, f"messages[{i}]", into)
-    if all(m["role"] == "system" for m in messages):  # nothing but system text, or only thinking: a user turn
+    for m in messages:  # (a loop: a generator for all() costs ~5k instructions under Python 3.11)
+        if m["role"] != "system":
+            break
+    else:  # nothing but system text, or only thinking: a user turn
         messages.append({"role": "user", "content": ""})
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise bad(f"{name}: must be a number.", name)
-    # The client's order: most bodies have three or four fields, against the eleven taken.
-    chat: dict[str, Any] = {k: v for k, v in body.items() if k in _CHAT_FIELDS}
+    # The client's order: most bodies have three or four fields, against the eleven taken. (A loop: a
+    # comprehension is a function made and called, ~4k instructions under Python 3.11.)
+    chat: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in _CHAT_FIELDS:
+            chat[key] = value
     chat["messages"] = messages
     if not counting:
         chat["max_tokens"] = max_tokens

@@ -200,7 +200,15 @@ def chat_input(value: Any) -> ChatInput:
     if not isinstance(value, list) or not value:
         raise _bad("'input' must be a string or a non-empty array of items.", "input")
     for i, item in enumerate(value):
-        out.item(item, f"input[{i}]")
+        # A user, system or developer message of plain text (most items), with no reasoning pending:
+        # item()'s first case, without its call or the name of the item.
+        content = item.get("content") if type(item) is dict else None
+        role = item.get("role") if type(content) is str else None
+        if (type(role) is str and ROLES.get(role, "assistant") != "assistant"
+                and item.get("type", "message") == "message" and not out._pending):
+            out.messages.append({"role": ROLES[role], "content": content})
+        else:
+            out.item(item, f"input[{i}]")
     if out._pending:
         out._turn_ends()
     return out
