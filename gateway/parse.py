@@ -312,31 +312,17 @@ def chat_request_from(
     if fallback is not None and (len(fallback) > MAX_FALLBACK_MODELS or any(len(m) > MAX_MODEL_NAME for m in fallback)):
         raise InvalidRequest(f"'models' may name at most {MAX_FALLBACK_MODELS} models of at most {MAX_MODEL_NAME} "
                              "characters each.", param="models")
-    session = _session_key(body, headers)
+    session_key = _session_key(body, headers)
 
     priority = headers.get("x-ultraroute-priority", "normal")
     if priority not in ("high", "normal", "low"):
         raise InvalidRequest("x-ultraroute-priority must be one of high, normal, low.", param="x-ultraroute-priority")
     stream = bool(stream_raw)
-    return ChatRequest(
-        request_id=request_id,
-        body=forward,
-        model=model,
-        stream=stream,
-        include_usage=stream and bool((stream_options or {}).get("include_usage")),
-        prompt_chars=prompt_chars,
-        fallback_models=tuple(fallback or ()),
-        session_key=session,
-        want_metadata=headers.get("x-ultraroute-metadata", "").lower() == "enabled",
-        options=options,
-        speed=speed,
-        priority=priority,
-        api=api,
-        upstream=upstream,
-        origin=origin,
-        dropped=dropped,
-        capability_fields=capability_fields,
-        client_body=client_body,
-        client_betas=client_betas,
-        untranslatable=untranslatable,
-    )
+    include_usage = stream and bool((stream_options or {}).get("include_usage"))
+    fallback_models = tuple(fallback or ())
+    want_metadata = headers.get("x-ultraroute-metadata", "").lower() == "enabled"
+    # Positional, each a variable named as its field (`forward`: body), in ChatRequest's order: 20
+    # keywords are matched one by one against the parameters, ~9k instructions a request.
+    return ChatRequest(request_id, forward, model, stream, include_usage, prompt_chars, fallback_models, session_key,
+                       want_metadata, options, speed, priority, api, upstream, origin, dropped, capability_fields,
+                       client_body, client_betas, untranslatable)

@@ -50,6 +50,9 @@ ROUTING_FIELDS = ("provider", "speed", "models", "session_id", "route", "transfo
 TRANSLATED = frozenset({"model", "max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences",
                         "temperature", "top_p", "stream", "thinking", "output_config", "metadata", "fallbacks",
                         *ROUTING_FIELDS})
+# What the chat body takes from the client's as it is.
+_CHAT_FIELDS = frozenset({"model", "stream", "temperature", "top_p", *ROUTING_FIELDS})
+_REASONING_FIELDS = frozenset({"thinking", "output_config"})
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 # Kept only for endpoints that reason: (body key, capability, the client field it came from).
 THINKING = ("reasoning_effort", "reasoning", "thinking")
@@ -150,15 +153,28 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
     system = None if system is None else system_text(system, "system", into)
     messages = [{"role": "system", "content": system}] if system else []
     for i, message in enumerate(raw_messages):
-        messages += messages_content.turn(message, f"messages[{i}]", into)
-    if all(m["role"] == "system" for m in messages):  # nothing but system text, or only thinking: a user turn
+        # A user or assistant turn of plain text (most of them): turn()'s first case, without its call.
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is str and (role := message.get("role")) in ("user", "assistant"):
+            into.chars += len(content)
+            messages.append({"role": role, "content": content})
+        else:
+            messages += messages_content.turn(message, f"messages[{i}]", into)
+    for m in messages:  # (a loop: a generator for all() costs ~5k instructions under Python 3.11)
+        if m["role"] != "system":
+            break
+    else:  # nothing but system text, or only thinking: a user turn
         messages.append({"role": "user", "content": ""})
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise bad(f"{name}: must be a number.", name)
-    chat: dict[str, Any] = {k: body[k] for k in ("model", "stream", "temperature", "top_p", *ROUTING_FIELDS)
-                            if k in body}
+    # The client's order: most bodies have three or four fields, against the eleven taken. (A loop: a
+    # comprehension is a function made and called, ~4k instructions under Python 3.11.)
+    chat: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in _CHAT_FIELDS:
+            chat[key] = value
     chat["messages"] = messages
     if not counting:
         chat["max_tokens"] = max_tokens
@@ -171,7 +187,8 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
         else ([], {})
     if chat_tools:
         chat["tools"] = chat_tools
-    choice, parallel = _tool_choice(body.get("tool_choice"))
+    raw_choice = body.get("tool_choice")
+    choice, parallel = (None, None) if raw_choice is None else _tool_choice(raw_choice)
     forced = choice["function"]["name"] if isinstance(choice, dict) else None
     # Forcing a server tool: an anthropic endpoint runs it; a translation cannot (kept, not raised).
     if forced is not None and forced in dropped_tools:
@@ -185,12 +202,14 @@ def translate(body: dict[str, Any], headers: Mapping[str, str] | None = None, *,
         chat["tool_choice"] = choice
     if parallel is not None and chat_tools:
         chat["parallel_tool_calls"] = parallel
-    kept = _reasoning(body, chat, into)
-    if headers is not None:
+    # (Each only for a body that has its fields: most have none of them.)
+    kept = [] if _REASONING_FIELDS.isdisjoint(body) else _reasoning(body, chat, into)
+    if headers is not None and "metadata" in body:
         _session(body, chat, headers)
-    for key, value in body.items():
-        if key not in TRANSLATED and value is not None:
-            into.drop(field_name(key))
+    if not TRANSLATED.issuperset(body):
+        for key, value in body.items():
+            if key not in TRANSLATED and value is not None:
+                into.drop(field_name(key))
     return chat, into, tuple(kept)
 
 
@@ -209,7 +228,9 @@ class MessagesApi(ClientApi):
         body = parse_json_body(raw, limits)
         chat, translation, kept = translate(body, headers, max_messages=limits.max_messages)
         # Anthropic's server-side fallback: the gateway's own `models` (unless the client names those).
-        fallbacks = messages_fallbacks.entries(body.get("fallbacks")) if "models" not in chat else []
+        raw_fallbacks = body.get("fallbacks")
+        fallbacks = messages_fallbacks.entries(raw_fallbacks) if raw_fallbacks is not None and "models" not in chat \
+            else []
         if fallbacks:
             chat["models"] = [f["model"] for f in fallbacks]
         # The body is kept for an anthropic endpoint, which is passed it as sent (gateway/upstreams/anthropic.py).

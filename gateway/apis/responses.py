@@ -35,7 +35,7 @@ from gateway.access.keys import ApiKey
 from gateway.apis.adapter import ClientApi, StreamRenderer
 from gateway.apis.responses_input import REASONING, ChatInput, chat_input
 from gateway.apis.responses_render import ResponsesCall, ResponsesStream, render_response
-from gateway.apis.responses_tools import chat_tool_choice, chat_tools
+from gateway.apis.responses_tools import NO_TOOLS, chat_tool_choice, chat_tools
 from gateway.apis.schemas import RESPONSES_REQUEST
 from gateway.config import GatewayFile
 from gateway.context import ChatRequest, RequestContext
@@ -58,6 +58,11 @@ TRANSLATED_FIELDS = frozenset({"model", "input", "instructions", "tools", "tool_
 NO_EFFECT_FIELDS = frozenset({"include", "stream_options", "client_metadata", "max_tool_calls"})
 # Fields of OpenAI's API that refer to its own state or run in its own servers: refused when set.
 UNSUPPORTED_FIELDS = ("background", "conversation", "prompt")
+_UNSUPPORTED = frozenset(UNSUPPORTED_FIELDS)
+# Every field `_not_forwarded` lets pass whatever its value: most bodies have no other, settled in C.
+_KNOWN_FIELDS = TRANSLATED_FIELDS | NO_EFFECT_FIELDS | _UNSUPPORTED
+# What the chat body takes from the client's as it is.
+_CHAT_FIELDS = frozenset({"model", "stream", *ROUTING_FIELDS, *PASSED_FIELDS})
 # Kept only for endpoints that reason (upstream_body removes them elsewhere): (body key, capability, name).
 EFFORT = ("reasoning_effort", "reasoning", "reasoning.effort")
 REASONING_CONTENT = ("messages.reasoning_content", "reasoning", REASONING)
@@ -111,9 +116,12 @@ def _effort(reasoning: Any, dropped: list[str]) -> str | None:
 
 def _not_forwarded(body: Mapping[str, Any], dropped: list[str]) -> None:
     """Refuse what cannot be honoured; name the fields chat completions have no equivalent for."""
-    for name in UNSUPPORTED_FIELDS:
-        if body.get(name):
-            raise _bad(f"Not supported by this gateway: {name}.", name)
+    if not _UNSUPPORTED.isdisjoint(body):
+        for name in UNSUPPORTED_FIELDS:
+            if body.get(name):
+                raise _bad(f"Not supported by this gateway: {name}.", name)
+    if _KNOWN_FIELDS.issuperset(body):
+        return
     for name, value in body.items():
         if name in TRANSLATED_FIELDS or name in NO_EFFECT_FIELDS or name in UNSUPPORTED_FIELDS or value is None:
             continue
@@ -165,35 +173,54 @@ def translate(body: dict[str, Any]) -> Translation:
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise _bad("'metadata' must be an object.", "metadata")
-    effort = _effort(body.get("reasoning"), dropped)
-    tools = chat_tools(body.get("tools"))
+    reasoning, text, raw_tools = body.get("reasoning"), body.get("text"), body.get("tools")
+    effort = None if reasoning is None else _effort(reasoning, dropped)
+    tools = NO_TOOLS if raw_tools is None else chat_tools(raw_tools)
     refusal: InvalidRequest | None = None
+    choice = body.get("tool_choice")
     try:
-        tool_choice, offered = chat_tool_choice(body.get("tool_choice"), tools)
+        tool_choice, offered = (None, tools.chat) if choice is None else chat_tool_choice(choice, tools)
     except Untranslatable as err:  # forcing a built-in tool: an openai-responses endpoint runs it
         refusal, tool_choice, offered = err, None, tools.chat
-    response_format = _response_format(body.get("text"), dropped)
+    response_format = None if text is None else _response_format(text, dropped)
     given = chat_input(body["input"])
+    model = body.get("model")
+    parallel = body.get("parallel_tool_calls")
+    temperature = None if body.get("temperature") is None else _number(body, "temperature")
+    top_p = None if body.get("top_p") is None else _number(body, "top_p")
+    # (Positional: a NamedTuple's keywords are matched one by one, ~10k instructions for these.)
     call = ResponsesCall(
-        model=body.get("model") if isinstance(body.get("model"), str) else "",
-        instructions=instructions, tools=tuple(body.get("tools") or ()), tool_choice=body.get("tool_choice") or "auto",
-        text=body.get("text") or {"format": {"type": "text"}}, max_output_tokens=max_output,
-        temperature=_number(body, "temperature"), top_p=_number(body, "top_p"),
-        parallel_tool_calls=body.get("parallel_tool_calls", True), metadata=metadata or {},
-        store=bool(body.get("store")), previous_response_id=previous,
-        input_messages=tuple(given.messages), tool_names=tools.names)
-    chat: dict[str, Any] = {k: body[k] for k in ("model", "stream", *ROUTING_FIELDS, *PASSED_FIELDS) if k in body}
+        model if isinstance(model, str) else "", instructions, tuple(raw_tools) if raw_tools else (),
+        choice or "auto", text or {"format": {"type": "text"}}, max_output, temperature, top_p,
+        body.get("parallel_tool_calls", True), metadata or {}, bool(body.get("store")), previous,
+        tuple(given.messages), (), tools.names)
+    # The client's order: most bodies have three or four fields, against the eleven taken. (A loop: a
+    # comprehension is a function made and called, ~4k instructions under Python 3.11.)
+    chat: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in _CHAT_FIELDS:
+            chat[key] = value
     chat["messages"] = chat_messages(call)
-    optional = {"max_tokens": max_output, "temperature": call.temperature, "top_p": call.top_p,
-                "tools": offered or None, "tool_choice": tool_choice if offered else None,
-                "response_format": response_format,
-                "parallel_tool_calls": body.get("parallel_tool_calls") if offered else None,
-                "reasoning_effort": effort}
-    chat.update({k: v for k, v in optional.items() if v is not None})
+    if max_output is not None:
+        chat["max_tokens"] = max_output
+    if call.temperature is not None:
+        chat["temperature"] = call.temperature
+    if call.top_p is not None:
+        chat["top_p"] = call.top_p
+    if offered:
+        chat["tools"] = offered
+        if tool_choice is not None:
+            chat["tool_choice"] = tool_choice
+        if parallel is not None:
+            chat["parallel_tool_calls"] = parallel
+    if response_format is not None:
+        chat["response_format"] = response_format
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     capability_fields = (*((EFFORT,) if effort is not None else ()),
                          *((REASONING_CONTENT,) if given.reasoning else ()))
-    return Translation(chat, call, tuple([*tools.dropped, *given.dropped, *dropped]), capability_fields,
-                       refusal or given.refusal)
+    dropped_all = (*tools.dropped, *given.dropped, *dropped) if tools.dropped or given.dropped or dropped else ()
+    return Translation(chat, call, dropped_all, capability_fields, refusal or given.refusal)
 
 
 class ResponsesApi(ClientApi):

@@ -24,6 +24,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from gateway.errors import InvalidRequest, Untranslatable
@@ -89,14 +90,18 @@ class Tools(NamedTuple):
     (A tuple: one per request.)"""
 
     chat: list[dict[str, Any]]
-    names: dict[str, ToolName]  # only the tools whose chat name differs from what the client sees
+    names: Mapping[str, ToolName]  # only the tools whose chat name differs from what the client sees
     dropped: list[str]  # `tools.<type>`, once each
     callable: bool = False  # a function, custom or namespace tool was offered (an empty namespace too)
 
 
+# A request without tools (most): one, never changed, rather than three containers per request.
+NO_TOOLS = Tools([], MappingProxyType({}), [])
+
+
 def chat_tools(value: Any) -> Tools:
     if value is None:
-        return Tools([], {}, [])
+        return NO_TOOLS
     if not isinstance(value, list):
         raise _bad("'tools' must be an array.", "tools")
     chat: list[dict[str, Any]] = []

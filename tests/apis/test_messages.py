@@ -167,6 +167,20 @@ def test_metadata_user_id_is_the_session_key_unless_the_client_names_one() -> No
     assert chat_of({**body, "session_id": "mine"})["session_id"] == "mine"
 
 
+def test_plain_text_turns_count_in_the_prompt_size() -> None:
+    """A user or assistant turn of plain text is translated without `turn()` (translate's fast path):
+    it still counts in the prompt's size, and a system turn or a malformed one still goes through it."""
+    chat, into, _ = translate({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"},
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "ok"}]}]})
+    assert chat["messages"] == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"},
+                                {"role": "system", "content": "Be brief."}, {"role": "user", "content": "ok"}]
+    assert into.chars == len("Hello") + len("Hi!") + len("Be brief.") + len("ok")
+    with pytest.raises(InvalidRequest) as err:
+        translate({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}, "hello"]})
+    assert err.value.param == "messages[1].role"
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
     ({"model": "m", "max_tokens": 5}, "messages"),

@@ -112,3 +112,17 @@ def test_malformed_items_name_the_field(value: Any, param: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         chat_input(value)
     assert err.value.param == param
+
+
+def test_plain_text_messages_take_the_short_way_with_the_same_result() -> None:
+    """Plain-text user, system and developer messages skip `item()` (chat_input's fast path): the
+    reasoning pending before one is still dropped, not carried past it to the next assistant turn,
+    and an item of another type is never taken for a message because it has a role and content."""
+    given = chat_input([{"type": "reasoning", "summary": [{"type": "summary_text", "text": "hmm"}]},
+                        {"role": "user", "content": "Hi."},
+                        {"type": "message", "role": "developer", "content": "Be brief."},
+                        {"type": "web_search_call", "role": "user", "content": "not a message"},
+                        {"role": "assistant", "content": "Hello."}])
+    assert given.messages == [{"role": "user", "content": "Hi."}, {"role": "system", "content": "Be brief."},
+                              {"role": "assistant", "content": "Hello."}]
+    assert given.dropped == ["input.reasoning", "input.web_search_call"] and not given.reasoning
