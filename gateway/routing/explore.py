@@ -8,7 +8,7 @@ once) is this replica's own and survives a reload (`Router.carry_over`)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from math import inf
 from typing import TYPE_CHECKING
 
@@ -68,12 +68,9 @@ class Explorer:
                     best_now = s[3]
             stale = tuple(c for c in stale if (b := ranked.best_case[c.endpoint.key]) <= best_now or b == inf)
         # The cached order's first too: the live choice may be another.
-        for c in stale if ranked.live_choice else ():
-            key = c.endpoint.key
-            due = now - self.explored.get(key, -1e18) >= self.settings.stale_after_s
-            if due and not self._in_flight(key):
-                self.explored[key] = now
-                return c
+        explored = self._due_stale(stale, now) if ranked.live_choice and stale else None
+        if explored is not None:
+            return explored
         if self._rng.random() < self.settings.explore_rate:
             # Not one already being explored: its answer is the news; more requests meanwhile learn
             # nothing more (a false claim of 500 tok/s took 3-6 at ~3.5 s each while its first was out).
@@ -96,11 +93,15 @@ class Explorer:
         if recheck is not None:
             return recheck
         stale_after = self.settings.stale_after_s
-        for c in slower:
+        return self._due_stale([c for c in slower if (age := ranked.stats[c.endpoint.key].age_s) is None
+                                or age > stale_after], now)
+
+    def _due_stale(self, stale: Iterable[Candidate], now: float) -> Candidate | None:
+        """The first of `stale` not explored for `stale_after_s` and not being explored now (its answer
+        is the news), marked explored now."""
+        for c in stale:
             key = c.endpoint.key
-            age = ranked.stats[key].age_s
-            if (age is None or age > stale_after) and now - self.explored.get(key, -1e18) >= stale_after \
-                    and not self._in_flight(key):
+            if now - self.explored.get(key, -1e18) >= self.settings.stale_after_s and not self._in_flight(key):
                 self.explored[key] = now
                 return c
         return None
