@@ -26,6 +26,7 @@ import orjson
 from gateway.config import Endpoint
 from gateway.context import ChatRequest
 from gateway.upstreams.messages_answer import MessageAnswer
+from gateway.upstreams.passthrough import without
 from gateway.upstreams.wire import (
     END,
     NO_TOKEN,
@@ -169,9 +170,7 @@ def speed_headers(endpoint: Endpoint, betas: str | None = None) -> dict[str, str
 def passthrough_body(client: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
     """A Messages client's body as sent, for an anthropic endpoint: unknown fields kept; `model`
     the endpoint's, the gateway's own fields out, the endpoint's extra_body in, always streaming."""
-    # (A copy where the client sent none of them, as most do: a comprehension costs ~4k instructions more.)
-    body = dict(client) if GATEWAY_FIELDS.isdisjoint(client) else \
-        {k: v for k, v in client.items() if k not in GATEWAY_FIELDS}
+    body = without(client, GATEWAY_FIELDS)
     body["model"] = endpoint.upstream_model
     body["stream"] = True
     if endpoint.extra_body:
