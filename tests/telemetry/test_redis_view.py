@@ -110,3 +110,72 @@ def test_remote_view_queues_reads_and_applies_replies() -> None:
     assert view.keys() == {"m/x", "m/y"}
     view.prune(NOW + 1000.0)  # everything too old; m/y is not in the directory
     assert view.keys() == {"m/x"}
+
+
+def _refresh(view: RemoteView, replies: list[str], now: float = NOW) -> list[tuple[str, int]]:
+    """One refresh round of `view` answered with `replies` for its bucket reads; returns the reads."""
+    round_ = view.queue_refresh(RecordingPipe(), now)
+    res: list[Any] = [[("m/x", now)], ["A"], []]
+    view.apply_refresh(round_, res + ([replies[:len(round_.reads)]] if round_.reads else []), now)
+    return round_.reads
+
+
+def counting_parses(monkeypatch: Any) -> list[str]:
+    """The replies `RemoteView` parses from now on."""
+    import gateway.telemetry.redis_view as redis_view
+
+    parsed: list[str] = []
+    real = redis_view.parse_bucket
+
+    def parse(reply: str) -> Bucket | None:
+        parsed.append(reply)
+        return real(reply)
+    monkeypatch.setattr(redis_view, "parse_bucket", parse)
+    return parsed
+
+
+def test_a_live_bucket_read_again_unchanged_is_not_parsed_again(monkeypatch: Any) -> None:
+    view = RemoteView(KeyLayout("P"), replica_id="A", bucket_s=BUCKET_S, max_window_s=20.0, settle_s=2.0,
+                      max_reads=10)
+    parsed = counting_parses(monkeypatch)
+    _refresh(view, [])  # the directory: m/x is new
+    assert _refresh(view, ["n:ok\t3", "", ""])[0] == ("m/x", CUR)
+    assert parsed == ["n:ok\t3", "", ""]
+    parsed.clear()
+    assert _refresh(view, ["n:ok\t3"]) == [("m/x", CUR)]  # the live bucket, every round
+    assert parsed == []  # the same reply: the view already holds it
+    assert view.windows["m/x"].bucket(CUR).count("ok") == 3  # type: ignore[union-attr]
+    _refresh(view, ["n:ok\t4"])
+    assert parsed == ["n:ok\t4"] and view.windows["m/x"].bucket(CUR).count("ok") == 4  # type: ignore[union-attr]
+
+
+def test_after_its_own_flush_a_bucket_is_parsed_again_whatever_its_reply(monkeypatch: Any) -> None:
+    """A flush retried after Redis had applied it (its reply lost) is merged into the view once more:
+    the next read, though unchanged, must replace that view, not be skipped."""
+    view = RemoteView(KeyLayout("P"), replica_id="A", bucket_s=BUCKET_S, max_window_s=20.0, settle_s=2.0,
+                      max_reads=10)
+    _refresh(view, [])
+    _refresh(view, ["n:ok\t3", "", ""])
+    parsed = counting_parses(monkeypatch)
+    sent = EndpointWindows(BUCKET_S, 20.0)
+    sent.set_bucket(CUR, ok_bucket(2))
+    view.merge({"m/x": sent})
+    assert view.windows["m/x"].bucket(CUR).count("ok") == 5  # type: ignore[union-attr]
+    _refresh(view, ["n:ok\t3"])
+    assert parsed == ["n:ok\t3"] and view.windows["m/x"].bucket(CUR).count("ok") == 3  # type: ignore[union-attr]
+
+
+def test_replies_are_kept_only_while_their_bucket_can_change(monkeypatch: Any) -> None:
+    view = RemoteView(KeyLayout("P"), replica_id="A", bucket_s=BUCKET_S, max_window_s=20.0, settle_s=2.0,
+                      max_reads=10)
+    _refresh(view, [])
+    _refresh(view, ["n:ok\t3", "n:ok\t1", ""])
+    assert set(view._replies) == {("m/x", CUR)}  # the settled ones had their final read
+    later = NOW + 6.0  # bucket CUR ended 1 s ago, not yet settled: read again, unchanged
+    parsed = counting_parses(monkeypatch)
+    view.apply_refresh(view.queue_refresh(RecordingPipe(), later), [[("m/x", NOW)], ["A"], [], ["n:ok\t3"]], later)
+    assert parsed == []
+    settled = NOW + 8.0  # now it has settled: its final read is parsed, and not kept
+    view.apply_refresh(view.queue_refresh(RecordingPipe(), settled), [[("m/x", NOW)], ["A"], [], ["n:ok\t3"]],
+                       settled)
+    assert parsed == ["n:ok\t3"] and view._replies == {}
