@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from gateway.config import Catalogue, load_catalogue
+from gateway.config import Catalogue, Endpoint, load_catalogue
 from gateway.context import ChatRequest, Preferences
 from gateway.routing.router import Router, RouterSettings
 from gateway.telemetry import MemoryStore
@@ -29,6 +29,11 @@ def catalogue(tmp_path: Path, endpoints: list[dict[str, Any]], regions: dict[str
     path = tmp_path / "providers.yaml"
     path.write_text(yaml.safe_dump({"providers": providers, "models": {model: {"endpoints": endpoints}}}))
     return load_catalogue(path, env={})[0]
+
+
+def one_endpoint(tmp_path: Path, **extra: Any) -> Endpoint:
+    """The endpoint of a catalogue of one (provider "a"), with `extra` catalogue fields."""
+    return catalogue(tmp_path, [endpoint("a", **extra)]).models["m"][0]
 
 
 def chat(model: str = "m", **body: Any) -> ChatRequest:

@@ -1,18 +1,15 @@
-"""The speed-vs-load model: local forgetting fits, the shared fit, the prior, marginal cost, capacity."""
+"""The speed-vs-load model (routing/speed.py): local forgetting fits, the shared fit, advertised claims,
+surprises and stalls, capacity. (What a request is predicted from it: test_curve.py.)"""
 
 import math
 from pathlib import Path
 
 import pytest
 
-from gateway.routing.curve import HANG_S, Curve, fallback_scores, predict
+from gateway.routing.curve import predict
 from gateway.routing.speed import CAPACITY_PROBE_S, STALLED_SHARE, SpeedModel, stalled
 from gateway.telemetry.fit import LoadFit
-from tests.routing.helpers import catalogue, endpoint
-
-
-def _endpoint(tmp_path: Path, **extra: object):  # type: ignore[no-untyped-def]
-    return catalogue(tmp_path, [endpoint("a", **extra)]).models["m"][0]
+from tests.routing.helpers import one_endpoint
 
 
 def _tps(model: SpeedModel | None, in_flight: int, ep, shared: LoadFit | None = None) -> float:  # type: ignore[no-untyped-def]
@@ -22,7 +19,7 @@ def _tps(model: SpeedModel | None, in_flight: int, ep, shared: LoadFit | None = 
 
 
 def test_learns_slowdown_with_concurrency(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t, n in enumerate([0, 8, 16, 32, 0, 8, 16, 32] * 3):
         model.observe(n, 112 / (1 + 0.0092 * n), None, now=t * 0.01)
@@ -32,7 +29,7 @@ def test_learns_slowdown_with_concurrency(tmp_path: Path) -> None:
 
 
 def test_reacts_within_a_few_samples_and_forgets_with_time(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t in range(20):
         model.observe(0, 300.0, 0.2, now=t * 0.1)
@@ -44,7 +41,7 @@ def test_reacts_within_a_few_samples_and_forgets_with_time(tmp_path: Path) -> No
 
 
 def test_never_predicts_speedup_with_load(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t, n in enumerate([0, 10, 20] * 4):
         model.observe(n, 100 + n, None, now=t * 0.01)  # noise that looks like a speed-up
@@ -52,7 +49,7 @@ def test_never_predicts_speedup_with_load(tmp_path: Path) -> None:
 
 
 def test_slope_from_the_shared_fit_when_local_load_never_varied(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t in range(5):
         model.observe(2, 100.0, None, now=t * 0.01)  # always at 2 in flight: no local slope
@@ -65,30 +62,8 @@ def test_slope_from_the_shared_fit_when_local_load_never_varied(tmp_path: Path) 
     assert _tps(None, -1, ep, shared) == pytest.approx(120.0, rel=0.01)  # no local data: the shared level
 
 
-def test_prior_from_advertised_figures(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 200, "ttft_ms": 300})
-    p = predict(ep, None, None, None, 0, 100)
-    assert p.decode_tps == pytest.approx(200 / 1.01, rel=0.01)
-    assert p.ttft_s == pytest.approx(0.3)
-    assert p.e2e_s == pytest.approx(0.3 + 100 / p.decode_tps)
-    unknown = predict(_endpoint(tmp_path), None, None, None, 0, 100)
-    assert unknown.decode_tps is None and math.isinf(unknown.score_s)
-
-
-def test_marginal_cost_counts_the_requests_already_there(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
-    model = SpeedModel()
-    for t, n in enumerate([0, 4, 8] * 4):
-        model.observe(n, 100 / (1 + 0.2 * n), 0.1, now=t * 0.01)
-    idle, busy = predict(ep, model, None, None, 0, 100), predict(ep, model, None, None, 6, 100)
-    assert idle.marginal_s == 0
-    # Six others each decode ~50 more tokens at 0.2/100 s per token slower: ~0.6 s in all.
-    assert busy.marginal_s == pytest.approx(6 * 50 * 0.002, rel=0.05)
-    assert busy.load == 7 and busy.score_s > busy.e2e_s
-
-
 def test_capacity_learned_from_429s_and_probed_again(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path, max_concurrency=10)
+    ep = one_endpoint(tmp_path, max_concurrency=10)
     model = SpeedModel()
     model.observe(0, 100.0, 0.1, now=0.0)
     model.rate_limited(4, now=1.0)
@@ -115,36 +90,10 @@ def test_a_429_answering_a_capacity_probe_is_no_news_and_the_next_probe_waits_lo
     assert model.capacity(40.0 + CAPACITY_PROBE_S + 0.1) == 3
 
 
-def test_a_failure_costs_what_it_falls_back_to() -> None:
-    def scores(first: Curve, second_clean: float) -> float:
-        a = first.predict(0, 100)
-        b = Curve((0.01 * second_clean, 0.0), None, None, 1.0).predict(0, 100)
-        return fallback_scores([a.clean_s, b.clean_s], [first, Curve(None, None, None, 1.0)], [a, b])[0]
-
-    fails_fast = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2)
-    own = fails_fast.predict(0, 100).clean_s  # 1 s of decode
-    # A 503 answered at once, an endpoint as good behind it: a failure costs the 50 ms it took.
-    assert scores(fails_fast, 1.0) == pytest.approx(own + 0.2 * 0.05)
-    # Behind it one three times slower: a failure costs that one's time.
-    assert scores(fails_fast, 3.0) == pytest.approx(0.8 * own + 0.2 * (0.05 + 3.0))
-    # Failures that hang cost the first-token budget first.
-    hangs = Curve((0.01, 0.0), (0.05, 0.0), None, 1.0, error_rate=0.2, hang_rate=0.2)
-    assert scores(hangs, 1.0) == pytest.approx(own + 0.2 * HANG_S)
-    # Nothing else to fall back to: the flat penalty, as the cached ranking prices it.
-    alone = fallback_scores([own, math.inf], [fails_fast, fails_fast], [fails_fast.predict(0, 100)] * 2)
-    assert alone[0] == pytest.approx(fails_fast.predict(0, 100).score_s) and alone[0] > own * 1.3
-
-
-def test_error_rate_penalises(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 100})
-    assert predict(ep, None, None, None, 0, 100, error_rate=0.2).score_s > \
-        predict(ep, None, None, None, 0, 100).score_s * 1.3
-
-
 def test_seen_only_when_crowded_is_not_judged_slow_at_any_load(tmp_path: Path) -> None:
     # Advertised 200 tok/s; every sample so far ran at ~8-11 others in flight, at ~50 tok/s: a steep
     # slow-down, but one the claim can explain (PLAUSIBLE_SLOWDOWN).
-    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 200})
+    ep = one_endpoint(tmp_path, advertised={"tokens_per_second": 200})
     model = SpeedModel()
     for t, n in enumerate([8, 9, 10, 11, 11]):
         model.observe(n, 50.0, None, now=t * 0.01)
@@ -154,7 +103,7 @@ def test_seen_only_when_crowded_is_not_judged_slow_at_any_load(tmp_path: Path) -
 
 def test_a_claim_the_measurements_contradict_is_dropped(tmp_path: Path) -> None:
     # Advertised 500 tok/s; measured at 70 with a few others in flight: no slow-down explains that.
-    ep = _endpoint(tmp_path, advertised={"tokens_per_second": 500})
+    ep = one_endpoint(tmp_path, advertised={"tokens_per_second": 500})
     model = SpeedModel()
     for t, n in enumerate([3, 4, 5, 4]):
         model.observe(n, 70.0, None, now=t * 0.01)
@@ -162,7 +111,7 @@ def test_a_claim_the_measurements_contradict_is_dropped(tmp_path: Path) -> None:
 
 
 def test_a_sample_far_slower_than_the_fit_restarts_it_and_older_evidence_is_dropped(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t in range(10):
         model.observe(10, 200.0, 0.3, now=t * 0.1, sent_at=100.0 + t * 0.1)
@@ -196,7 +145,7 @@ def test_a_sample_at_another_load_or_a_faster_one_is_not_a_change(tmp_path: Path
 
 
 def test_a_sample_far_faster_than_the_fit_rescales_it_keeping_its_slope(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t, n in enumerate([1, 3, 5, 7] * 3):  # slowed, and steep: 20% per user
         model.observe(n, 100 / (1 + 0.2 * n), 0.1, now=t * 0.01, sent_at=t * 0.01)
@@ -220,7 +169,7 @@ def test_a_sample_far_faster_than_the_fit_rescales_it_keeping_its_slope(tmp_path
 def test_a_rate_measured_through_the_gateways_own_stall_is_no_surprise_either_way(tmp_path: Path) -> None:
     # 600 tok/s read through a 300 ms stall of the gateway's loop measured 170 (and one read just
     # after it, all at once, 1,700): not the endpoint's news. It still counts in the fit, as one sample.
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t in range(10):
         model.observe(2, 600.0, 0.03, now=t * 0.1, sent_at=t * 0.1)
@@ -234,7 +183,7 @@ def test_a_rate_measured_through_the_gateways_own_stall_is_no_surprise_either_wa
 
 
 def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t in range(10):
         model.observe(10, 200.0, 0.3, now=t * 0.1, sent_at=t * 0.1)
@@ -253,7 +202,7 @@ def test_progress_acts_only_on_a_slow_down(tmp_path: Path) -> None:
 
 
 def test_after_a_slow_down_a_recovery_seen_at_low_load_is_judged_by_the_old_fits_shape(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     for t, n in enumerate([4, 6, 8, 10, 12] * 3):  # 260 tok/s alone, 5% slower per extra user
         model.observe(n, 260 / (1 + 0.05 * n), 0.3, now=t * 0.01, sent_at=t * 0.01)
@@ -272,7 +221,7 @@ def test_a_slope_hidden_by_noise_at_one_load_keeps_the_shape_last_measured(tmp_p
     # A steep endpoint (per user 400 / (1 + 0.5 (c - 1))), measured across loads; then only at about
     # two in flight, with the noise of a busy machine: the fit's slope is no longer confident. It is
     # still as steep, and a burst must not be predicted to run there at almost full speed.
-    ep = _endpoint(tmp_path)
+    ep = one_endpoint(tmp_path)
     model = SpeedModel()
     t = 0.0
     for n in [1, 4, 8, 2, 6, 10] * 3:
