@@ -15,9 +15,8 @@ from gateway.config import Endpoint
 from gateway.health.board import HealthBoard
 from gateway.observability.metrics import Metrics
 from gateway.routing.router import Router
-from gateway.routing.speed import stalled
 from gateway.serve.lag import LoopLag
-from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.telemetry.sample import AttemptSample, Outcome, stalled
 from gateway.telemetry.store import TelemetryStore
 from gateway.upstreams.stream import PROGRESS_MIN_CHUNKS, Meter
 
@@ -144,7 +143,8 @@ class Recorder:
         chunks_per_s = meter.chunks_per_s()
         if chunks_per_s is None or meter.token_chunks < PROGRESS_MIN_CHUNKS:
             return
-        if stalled(self.lag_now() - meter.lag_at_sent, meter.t_last - meter.t_first):  # (both set: a rate)
+        since_first = meter.lag_at_sent if meter.lag_at_first is None else meter.lag_at_first
+        if stalled(self.lag_now() - since_first, meter.t_last - meter.t_first):  # (both set: a rate)
             return  # read late, then all at once: the rate so far is the gateway's stall, not news
         rate = chunks_per_s * self._tokens_per_chunk.get(endpoint.key, 1.0)
         load = self._mean_load(endpoint, meter)
@@ -165,6 +165,7 @@ def make_sample(
     in_flight_mean: float | None = None,
     loop_lag_s: float = 0.0,
 ) -> AttemptSample:
+    """The sample of an attempt `meter` timed (`loop_lag_s`: the loop's lag while it ran)."""
     end = meter.t_end if meter.t_end is not None else time.perf_counter()
     usage = meter.usage or {}
     input_tokens = _int(usage.get("prompt_tokens"))
@@ -194,5 +195,6 @@ def make_sample(
         in_flight_mean=in_flight_mean,
         stayed=stayed,
         loop_lag_s=loop_lag_s,
+        ttft_lag_s=0.0 if meter.lag_at_first is None else meter.lag_at_first - meter.lag_at_sent,
     )
     return sample

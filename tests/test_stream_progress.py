@@ -128,7 +128,7 @@ def test_a_rate_read_through_a_stall_of_the_gateways_loop_is_not_reported_nor_a_
     assert len(router.progressed) == 1
     meter.t_end = 1.2
     sample = recorder.record(ep, meter, Outcome.OK, 200, 200.0, 0)
-    assert sample.loop_lag_s == pytest.approx(0.51)  # kept: the router judges it (speed.stalled)
+    assert sample.loop_lag_s == pytest.approx(0.51)  # kept: the router judges it (sample.stalled)
 
 
 async def test_the_first_report_comes_early_once_enough_chunks_span_it(tmp_path: Path) -> None:
@@ -148,3 +148,20 @@ async def test_the_first_report_comes_early_once_enough_chunks_span_it(tmp_path:
         pass
     first_after, chunks = reports[0]
     assert first_after >= FIRST_PROGRESS_S and chunks == PROGRESS_MIN_CHUNKS, reports
+
+
+def test_the_lag_while_waiting_for_the_first_token_is_the_ttfts_alone(tmp_path: Path) -> None:
+    ep = _endpoint(tmp_path)
+    store, router, lag = MemoryStore(), Router(), Lag()
+    recorder = Recorder(store, router, HealthBoard(), lag=lag)  # type: ignore[arg-type]
+    lag.lagged = 5.0
+    meter = Meter(t_sent=0.0, t_first=0.4, t_last=1.4, token_chunks=11, lag_at_sent=recorder.lag_now())
+    recorder.begin(ep)
+    lag.lagged += 0.3  # the first token read 300 ms late: the gateway's stall, most of a 400 ms TTFT
+    meter.lag_at_first = lag.total()
+    recorder.progress(ep, meter, 200.0, 0)
+    assert [rate for _, _, rate, _ in router.progressed] == [pytest.approx(10.0)]  # the decode since: clean
+    meter.t_end = 1.5
+    sample = recorder.record(ep, meter, Outcome.OK, 200, 200.0, 0)
+    assert sample.ttft_lag_s == pytest.approx(0.3) and sample.loop_lag_s == pytest.approx(0.3)
+    assert sample.ttft_s == pytest.approx(0.4) and sample.fitted_ttft_s is None

@@ -41,11 +41,11 @@ from gateway.routing.pick import best_of_head, cheap_weighted, fallback_order, f
 from gateway.routing.ranked import Ranked, Scored, Static
 from gateway.routing.ranked_build import DERIVE_SESSION_ABOVE, build_ranked, cache_pays
 from gateway.routing.recheck import DEFAULT_RECHECK, RecheckPolicy
-from gateway.routing.speed import SpeedModel, stalled
+from gateway.routing.speed import SpeedModel
 from gateway.routing.stay import judge_stay, richest_holder
 from gateway.routing.sticky import SessionAffinity, derived_session_key
 from gateway.routing.tiers import tier_exclusion, tier_ranks
-from gateway.telemetry.sample import AttemptSample, Outcome
+from gateway.telemetry.sample import AttemptSample, Outcome, stalled
 from gateway.telemetry.stats import EndpointStats
 from gateway.telemetry.store import TelemetryStore
 
@@ -113,9 +113,10 @@ class Router:
             else:
                 first = model.tps.w < 0.5 and sample.decode_tps is not None
                 slowed_at = model.slowed_at
-                restarted = model.observe(sample.load, sample.decode_tps, sample.ttft_s, self._clock(),
+                restarted = model.observe(sample.load, sample.decode_tps, sample.fitted_ttft_s, self._clock(),
                                           sample.started_at,
-                                          stalled(sample.loop_lag_s, sample.e2e_s - (sample.ttft_s or 0.0)))
+                                          stalled(sample.loop_lag_s - sample.ttft_lag_s,
+                                                  sample.e2e_s - (sample.ttft_s or 0.0)))
                 # Its first measured speed replaces a claim, a sudden slow-down the old fit: do not
                 # wait for the ranking's TTL.
                 if first or restarted:

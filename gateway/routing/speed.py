@@ -52,11 +52,6 @@ FORGET_S = 10.0  # a sample after this much silence starts the local fit afresh
 # A sample this many times slower than the local fit predicts at its load: the endpoint changed. A
 # tier slowed to a third is well past it; noise of a busy machine over half a second of decode is not.
 SURPRISE = 2.0
-# A decode rate measured while the gateway's own event loop lagged this share of its decode span or
-# more is not a surprise either way: a stalled loop reads a stream late and then all at once, so one
-# stream at 600 tok/s read through a 300 ms stall measured 170, and one read just after it 1,700 --
-# and a fast tier was passed over on that one sample (fault run). It still counts in the fit.
-STALLED_SHARE = 0.25
 CAPACITY_PROBE_S = 10.0  # without a 429 for this long, a learned capacity grows by one ...
 CAPACITY_PROBE_MAX_S = 80.0  # ... after each probe a 429 answered, twice as long, up to this
 # A claim the measurements contradict is dropped: the advertised rate anchors the curve at low load
@@ -228,12 +223,6 @@ class SpeedModel:
             cap = self.learned_capacity = cap + 1
             self._cap_at = now
         return cap
-
-
-def stalled(loop_lag_s: float, span_s: float) -> bool:
-    """Whether a decode rate measured over `span_s` with `loop_lag_s` of the gateway's own loop lag
-    meanwhile is the stall's more than the endpoint's (STALLED_SHARE)."""
-    return loop_lag_s > 0.0 and loop_lag_s >= STALLED_SHARE * span_s
 
 
 def line_through(mx: float, my: float, shape: float) -> tuple[float, float]:

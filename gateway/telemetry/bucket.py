@@ -85,10 +85,11 @@ class Bucket:
             self.decode_tps.add(s.decode_tps)
             if s.decode_tps > 0:
                 self.fit_tps.add(s.load, 1.0 / s.decode_tps)
-        if s.ttft_s is not None:
-            self.fit_ttft.add(s.load, s.ttft_s)
+        ttft = s.fitted_ttft_s  # none read late by a stall of the gateway's loop
+        if ttft is not None:
+            self.fit_ttft.add(s.load, ttft)
             if s.input_tokens > 0:  # usage known: the prompt's size is measured, not guessed
-                self.fit_prefill.add(max(s.input_tokens - s.cached_input_tokens, 0), s.load, s.ttft_s)
+                self.fit_prefill.add(max(s.input_tokens - s.cached_input_tokens, 0), s.load, ttft)
         if s.stayed and s.input_tokens > 0:
             self.tok_stay_in += s.input_tokens
             self.tok_stay_cached += min(s.cached_input_tokens, s.input_tokens)

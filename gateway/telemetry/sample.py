@@ -9,6 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# A time measured while the gateway's own event loop lagged this share of it or more says more about
+# the gateway than the endpoint (`stalled`). A stalled loop reads a stream late and then all at once:
+# one stream at 600 tok/s read through a 300 ms stall measured 170, and one read just after it 1,700
+# -- and a fast tier was passed over on that one sample (fault run). Such a decode rate still counts
+# in the speed fit but is no surprise either way (routing/speed.py); such a TTFT is kept out of the
+# TTFT and prefill fits (`fitted_ttft_s`), where one late first token would bend the line.
+STALLED_SHARE = 0.25
+
+
+def stalled(loop_lag_s: float, span_s: float) -> bool:
+    """Whether a time `span_s` measured with `loop_lag_s` of the gateway's own loop lag meanwhile is
+    the stall's more than the endpoint's (STALLED_SHARE)."""
+    return loop_lag_s > 0.0 and loop_lag_s >= STALLED_SHARE * span_s
+
 
 class Outcome(StrEnum):
     """How an attempt ended. Also used as a bounded metric label."""
@@ -55,6 +69,8 @@ class AttemptSample:
     # The gateway's own event-loop lag while it ran (serve/lag.py): a stalled loop reads a stream late
     # and then all at once, so the decode rate measured says more about the gateway than the endpoint.
     loop_lag_s: float = 0.0
+    # Of which while it waited for its first token (sent -> first token read).
+    ttft_lag_s: float = 0.0
 
     @property
     def load(self) -> float:
@@ -65,3 +81,10 @@ class AttemptSample:
         if self.in_flight_at_end is None:
             return float(self.in_flight_at_start)
         return (self.in_flight_at_start + self.in_flight_at_end) / 2.0
+
+    @property
+    def fitted_ttft_s(self) -> float | None:
+        """`ttft_s` for the TTFT and prefill fits: None when it was measured through a stall of the
+        gateway's own loop (`stalled`). The TTFT distribution keeps it: it is what the client waited."""
+        ttft = self.ttft_s
+        return None if ttft is None or stalled(self.ttft_lag_s, ttft) else ttft

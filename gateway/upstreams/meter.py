@@ -29,6 +29,7 @@ class Meter:
     busy_at_sent: float | None = None  # the endpoint's in-flight integral when it was sent (store.busy_s)
     tokens_per_chunk: float = 1.0  # the endpoint's, from answers with usage: for estimating output tokens
     lag_at_sent: float = 0.0  # the event loop's lag so far when it was sent (serve/lag.py `LoopLag.total`)
+    lag_at_first: float | None = None  # ... and when its first token was read
 
     def settle_usage(self) -> None:
         """At the end of a stream that produced something: when the upstream sent no usage, estimate it."""

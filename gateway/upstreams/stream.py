@@ -215,6 +215,8 @@ class UpstreamStream:
             if meter.t_first is None:
                 meter.t_first = now
                 meter.first_chunks = tokens
+                if self._lag is not None:  # a first token read late by a stall is no endpoint's TTFT
+                    meter.lag_at_first = self._lag.total()
             elif now == meter.t_first:  # the rest of the first read, parsed after its first token (`defer`)
                 meter.first_chunks += tokens
             if answered and meter.t_first_answer is None:

@@ -7,6 +7,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -422,3 +423,16 @@ async def test_a_ranking_dropped_meanwhile_is_not_rebuilt_by_its_timer(tmp_path:
     r._ranked.clear()  # as a first measurement or a slow-down does
     await asyncio.sleep(0.1)
     assert r._ranked == {}  # nobody asked since: not rebuilt
+
+
+def test_a_ttft_read_through_a_stall_of_the_gateways_loop_is_not_learned(tmp_path: Path) -> None:
+    cat = catalogue(tmp_path, [endpoint("a")])
+    r, _ = router(cat)
+    key = cat.models["m"][0].key
+    sample = AttemptSample(key, time.time(), Outcome.OK, 200, ttft_s=0.4, ttfat_s=0.4, decode_tps=100.0, e2e_s=1.4,
+                           output_tokens=100)
+    r.observe(sample)
+    r.observe(replace(sample, ttft_s=2.4, ttfat_s=2.4, e2e_s=3.4, loop_lag_s=2.0, ttft_lag_s=2.0))
+    model = r._speed[key]
+    assert model.ttft.sy / model.ttft.w == pytest.approx(0.4)  # the late first token left out
+    assert model.tps.w > 1.5  # its decode, measured after the stall, counts

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gateway.routing.curve import predict
-from gateway.routing.speed import CAPACITY_PROBE_S, STALLED_SHARE, SpeedModel, stalled
+from gateway.routing.speed import CAPACITY_PROBE_S, SpeedModel
 from gateway.telemetry.fit import LoadFit
+from gateway.telemetry.sample import STALLED_SHARE, stalled
 from tests.routing.helpers import one_endpoint
 
 

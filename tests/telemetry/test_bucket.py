@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.telemetry.bucket import Bucket
@@ -27,3 +29,15 @@ def test_bucket_fields_round_trip(make_sample: SampleFactory) -> None:
     assert back.cost == pytest.approx(b.cost)
     for name in ("ttft_ms", "ttfat_ms", "decode_tps", "e2e_ms"):
         assert back.sketch(name).bins() == b.sketch(name).bins()
+
+
+def test_a_ttft_read_through_a_stall_of_the_gateways_loop_stays_out_of_the_fits(make_sample: SampleFactory) -> None:
+    b = Bucket()
+    clean = make_sample(at=1.0, ttft_ms=400.0, input_tokens=1000)
+    b.add_sample(clean, 1.0)
+    b.add_sample(replace(clean, ttft_lag_s=0.05), 1.0)  # 50 ms of a 400 ms wait: a busy loop, not a stall
+    b.add_sample(replace(clean, ttft_s=1.4, ttft_lag_s=1.0), 1.0)  # read a second late: the gateway's stall
+    assert b.ttft_ms.count == 3  # what clients waited, all of it
+    assert b.fit_ttft.w == pytest.approx(2.0) and b.fit_prefill.w == pytest.approx(2.0)
+    assert replace(clean, ttft_s=1.4, ttft_lag_s=1.0).fitted_ttft_s is None
+    assert replace(clean, ttft_lag_s=0.05).fitted_ttft_s == pytest.approx(0.4)

@@ -176,3 +176,29 @@ async def test_a_read_that_waits_past_the_stall_breaks_the_stream(endpoint: Endp
     assert await stream.next_batch() is not None
     with pytest.raises(StreamBroken, match="stalled"):
         await stream.next_batch()
+
+
+class StalledLag:
+    """A LoopLag whose total grows by `step` at every look: a loop that lags as the stream is read."""
+
+    loop = None  # (budgets then use the running loop's clock)
+
+    def __init__(self, step: float) -> None:
+        self.seen, self.step = 0.0, step
+
+    def total(self) -> float:
+        self.seen += self.step
+        return self.seen
+
+
+async def test_the_loops_lag_when_the_first_token_was_read_is_kept(endpoint: Endpoint) -> None:
+    lag = StalledLag(0.25)
+    meter = Meter(t_sent=time.perf_counter(), lag_at_sent=lag.total())
+    stream = UpstreamStream(endpoint, ScriptedResponse(chunk({"content": "a"}), chunk({"content": "b"})), meter,
+                            stall_s=5.0, lag=lag)  # type: ignore[arg-type]
+    await stream.open_gate(5.0)
+    assert meter.lag_at_sent == 0.25 and meter.lag_at_first is not None and meter.lag_at_first > meter.lag_at_sent
+    first = meter.lag_at_first
+    while await stream.next_batch() is not None:
+        pass
+    assert meter.lag_at_first == first  # the first token's, not a later read's
