@@ -46,9 +46,11 @@ one run, and run it more than once; to compare two versions of the code, count i
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import io
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -243,6 +245,7 @@ def start_baseline(upstream_port: int, prefix: str, cores: set[int]) -> Proc | N
     history (None, said why, where there is no such history -- a shallow clone, an exported tree -- or
     it does not start); the pass-through targets then fail, naming it."""
     where = Path(tempfile.mkdtemp(prefix="bench-filed-"))
+    atexit.register(shutil.rmtree, where, True)  # (its server is stopped before the run exits)
     try:
         archive = subprocess.run(["git", "archive", FILED_AT, "gateway"], cwd=HERE.parent, capture_output=True,
                                  check=True, timeout=60).stdout
