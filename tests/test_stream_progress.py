@@ -113,13 +113,19 @@ class Lag:
         return self.lagged
 
 
-def test_a_rate_read_through_a_stall_of_the_gateways_loop_is_not_reported_nor_a_surprise(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
-    store, router, lag = MemoryStore(), Router(), Lag()
-    recorder = Recorder(store, router, HealthBoard(), lag=lag)  # type: ignore[arg-type]
+def _lagged(tmp_path: Path, t_first: float) -> tuple[Endpoint, Router, Lag, Recorder, Meter]:
+    """A recorder on a loop whose lag the test sets (5 s so far), and an attempt it sent then, begun:
+    its first token at `t_first`, 11 chunks by 1 s after it."""
+    ep, router, lag = _endpoint(tmp_path), Router(), Lag()
+    recorder = Recorder(MemoryStore(), router, HealthBoard(), lag=lag)  # type: ignore[arg-type]
     lag.lagged = 5.0
-    meter = Meter(t_sent=0.0, t_first=0.1, t_last=1.1, token_chunks=11, lag_at_sent=recorder.lag_now())
+    meter = Meter(t_sent=0.0, t_first=t_first, t_last=t_first + 1.0, token_chunks=11, lag_at_sent=recorder.lag_now())
     recorder.begin(ep)
+    return ep, router, lag, recorder, meter
+
+
+def test_a_rate_read_through_a_stall_of_the_gateways_loop_is_not_reported_nor_a_surprise(tmp_path: Path) -> None:
+    ep, router, lag, recorder, meter = _lagged(tmp_path, t_first=0.1)
     lag.lagged += 0.01  # a busy loop: 10 ms late over a second of decode
     recorder.progress(ep, meter, 200.0, 0)
     assert [rate for _, _, rate, _ in router.progressed] == [10.0]
@@ -151,12 +157,7 @@ async def test_the_first_report_comes_early_once_enough_chunks_span_it(tmp_path:
 
 
 def test_the_lag_while_waiting_for_the_first_token_is_the_ttfts_alone(tmp_path: Path) -> None:
-    ep = _endpoint(tmp_path)
-    store, router, lag = MemoryStore(), Router(), Lag()
-    recorder = Recorder(store, router, HealthBoard(), lag=lag)  # type: ignore[arg-type]
-    lag.lagged = 5.0
-    meter = Meter(t_sent=0.0, t_first=0.4, t_last=1.4, token_chunks=11, lag_at_sent=recorder.lag_now())
-    recorder.begin(ep)
+    ep, router, lag, recorder, meter = _lagged(tmp_path, t_first=0.4)
     lag.lagged += 0.3  # the first token read 300 ms late: the gateway's stall, most of a 400 ms TTFT
     meter.lag_at_first = lag.total()
     recorder.progress(ep, meter, 200.0, 0)
