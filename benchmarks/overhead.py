@@ -28,7 +28,8 @@ against the targets of issue 12 (every row, pass-through ones included) and issu
 
   CPU per request <= 3.5x the reference's (every row); requests/s >= 0.25x the reference's (c=64);
   added p50 (non-streaming) and added time to first token (streaming, paced) <= the reference's
-  + 0.25 ms (c=1); 0 errors; the full gateway's CPU per request <= 1.15x the plain one's (all rows together);
+  + 0.25 ms (c=1); 0 errors; the full gateway's CPU per request <= 1.15x the plain one's (all rows together,
+  round by round);
   RSS per worker <= 120 MB after the run; a pass-through path's CPU per request <= 1.0x chat's on the
   gateway as it was when issue 30 was filed ("no more CPU per request than chat completions' path
   today"), same mode, same rounds (its ratio to today's chat, cheaper since, is printed beside it).
@@ -345,6 +346,18 @@ def cpu_ratio(row: Row, base: Row) -> float:
     return (row.cpu_us or 0) / (base.cpu_us or 1)
 
 
+def rows_ratio(pairs: list[tuple[Row, Row]]) -> float:
+    """CPU per request of several rows together against their bases' (all the full gateway's cells
+    against the plain one's), judged as `paired` judges one pair: per round, the sum of each side's
+    cells measured back to back in it; the median over rounds. The rows' own medians may come from
+    different rounds: the paced cell, most of the sum, moved 2.5-4.2 ms a request between runs."""
+    rounds = min(len(row.rounds) for row, _ in pairs) if all(r.rounds and b.rounds for r, b in pairs) else 0
+    if not rounds:
+        return sum(r.cpu_us or 0 for r, _ in pairs) / (sum(b.cpu_us or 0 for _, b in pairs) or 1)
+    return statistics.median(sum(r.rounds[i].cpu_us or 0 for r, _ in pairs)
+                             / (sum(b.rounds[i].cpu_us or 0 for _, b in pairs) or 1) for i in range(rounds))
+
+
 def p50_over(row: Row, base: Row) -> float:
     """How much more `row` adds to the p50 than `base` (both against the same direct call)."""
     return row.p50_ms - base.p50_ms
@@ -480,9 +493,12 @@ def verdict(rows: list[Row], rss: dict[str, list[float]]) -> int:
     full = [r for r in rows if r.target == "gateway full"]
     plain = {(r.mode, r.concurrency): r for r in rows if r.target == "gateway w=1"}
     if full:
-        ratio = sum(r.cpu_us or 0 for r in full) / sum(plain[(r.mode, r.concurrency)].cpu_us or 0 for r in full)
-        checks.append((f"Redis + key + metrics: CPU/req {100 * (ratio - 1):+.1f}% vs plain gateway "
-                       f"(<= +{100 * (TARGET_FULL_CPU - 1):.0f}%)", ratio <= TARGET_FULL_CPU))
+        pairs = [(r, plain[(r.mode, r.concurrency)]) for r in full]
+        ratio = rows_ratio(pairs)
+        medians = sum(r.cpu_us or 0 for r, _ in pairs) / sum(b.cpu_us or 0 for _, b in pairs)
+        checks.append((f"Redis + key + metrics: CPU/req {100 * (ratio - 1):+.1f}% vs plain gateway, round by round "
+                       f"(rows' medians: {100 * (medians - 1):+.1f}%) (<= +{100 * (TARGET_FULL_CPU - 1):.0f}%)",
+                       ratio <= TARGET_FULL_CPU))
     for name, values in rss.items():
         if name.startswith("gateway"):
             checks.append((f"{name}: RSS per worker {max(values):.0f} MB <= {TARGET_RSS_MB} MB",

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
-from benchmarks.overhead import BASELINE, Row, cpu_ratio, median_row, p50_over, paired, verdict, write_catalogue
+from benchmarks.overhead import (
+    BASELINE,
+    Row,
+    cpu_ratio,
+    median_row,
+    p50_over,
+    paired,
+    rows_ratio,
+    verdict,
+    write_catalogue,
+)
 
 
 def cell(target: str, cpus: list[float], p50s: list[float], api: str = "chat") -> Row:
@@ -57,3 +68,17 @@ def test_the_baselines_catalogue_holds_the_chat_provider_alone(tmp_path: Any) ->
     assert list(catalogue["providers"]) == ["stub"]
     assert {e["provider"] for m in catalogue["models"].values() for e in m["endpoints"]} == {"stub"}
     assert "bench" in catalogue["models"]
+
+
+def test_the_full_gateways_rows_together_are_judged_round_by_round() -> None:
+    # The paced cell is most of the sum. Rounds 1 and 2: full 10% over plain (round 2 a slow spell for
+    # both); round 3: a spell that hit the full gateway's turn alone. The rows' medians pair the full
+    # gateway's slow round 2 with the plain one's fast round 3.
+    plain = [cell("gateway w=1", [2500, 4200, 2600], [1.0] * 3), cell("gateway w=1", [400, 400, 400], [1.0] * 3)]
+    full = [cell("gateway full", [2750, 4620, 4700], [1.0] * 3), cell("gateway full", [440, 440, 440], [1.0] * 3)]
+    pairs = list(zip(full, plain, strict=True))
+    medians = sum(f.cpu_us or 0 for f, _ in pairs) / sum(p.cpu_us or 0 for _, p in pairs)
+    assert medians == pytest.approx((4620 + 440) / (2600 + 400))  # 1.69
+    assert rows_ratio(pairs) == pytest.approx(1.1)  # rounds: 1.1, 1.1, 1.71
+    once = [(Row("f", False, 1, 1.0, 2.0, 1.0, 330.0, 0), Row("p", False, 1, 1.0, 2.0, 1.0, 300.0, 0))]
+    assert rows_ratio(once) == pytest.approx(1.1)  # rows measured once: their own figures
