@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,23 +23,27 @@ class CountingStore(FileKeyStore):
         return await super().load()
 
 
-async def test_a_key_saved_elsewhere_is_found_on_first_use(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def running_ring(tmp_path: Path, miss_refresh_s: float) -> AsyncIterator[tuple[CountingStore, KeyRing]]:
+    """A key ring over a counting store at `tmp_path`, started, and stopped after the block."""
     store = CountingStore(tmp_path / "keys.json")
-    ring = KeyRing(store, refresh_s=60, miss_refresh_s=0.0)
+    ring = KeyRing(store, refresh_s=60, miss_refresh_s=miss_refresh_s)
     await ring.start()
     try:
-        key, secret = new_key(KeySpec(name="a"))
-        await FileKeyStore(tmp_path / "keys.json").save(key)  # another process (the CLI, a replica)
-        assert await ring.lookup(hash_secret(secret)) == key
+        yield store, ring
     finally:
         await ring.stop()
 
 
+async def test_a_key_saved_elsewhere_is_found_on_first_use(tmp_path: Path) -> None:
+    async with running_ring(tmp_path, miss_refresh_s=0.0) as (_, ring):
+        key, secret = new_key(KeySpec(name="a"))
+        await FileKeyStore(tmp_path / "keys.json").save(key)  # another process (the CLI, a replica)
+        assert await ring.lookup(hash_secret(secret)) == key
+
+
 async def test_wrong_keys_reload_the_store_at_most_once_per_interval(tmp_path: Path) -> None:
-    store = CountingStore(tmp_path / "keys.json")
-    ring = KeyRing(store, refresh_s=60, miss_refresh_s=0.3)
-    await ring.start()
-    try:
+    async with running_ring(tmp_path, miss_refresh_s=0.3) as (store, ring):
         loads = store.loads
         started = time.monotonic()
         results = await asyncio.gather(*(ring.lookup(hash_secret(f"ur-wrong-{i}")) for i in range(50)))
@@ -46,23 +52,16 @@ async def test_wrong_keys_reload_the_store_at_most_once_per_interval(tmp_path: P
         assert time.monotonic() - started < 5
         results = await asyncio.gather(*(ring.lookup(hash_secret(f"ur-wrong-{i}")) for i in range(50)))
         assert results == [None] * 50 and store.loads == loads + 2
-    finally:
-        await ring.stop()
 
 
 async def test_a_key_saved_just_after_a_reload_is_found_on_first_use(tmp_path: Path) -> None:
     # Within `miss_refresh_s` of a load, a miss used to be refused at once: a key the CLI had just
     # created was refused (401) on its first use when another key's creation had just been loaded.
-    store = CountingStore(tmp_path / "keys.json")
-    ring = KeyRing(store, refresh_s=60, miss_refresh_s=0.5)
-    await ring.start()
-    try:
+    async with running_ring(tmp_path, miss_refresh_s=0.5) as (_, ring):
         await ring.reload()
         key, secret = new_key(KeySpec(name="a"))
         await FileKeyStore(tmp_path / "keys.json").save(key)
         assert await ring.lookup(hash_secret(secret)) == key
-    finally:
-        await ring.stop()
 
 
 async def test_poll_picks_up_revocation_and_survives_a_broken_store(tmp_path: Path) -> None:
