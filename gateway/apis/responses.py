@@ -123,7 +123,7 @@ def _not_forwarded(body: Mapping[str, Any], dropped: list[str]) -> None:
     if _KNOWN_FIELDS.issuperset(body):
         return
     for name, value in body.items():
-        if name in TRANSLATED_FIELDS or name in NO_EFFECT_FIELDS or name in UNSUPPORTED_FIELDS or value is None:
+        if name in _KNOWN_FIELDS or value is None:
             continue
         if name == "truncation" and value == "disabled":  # what chat completions do
             continue
