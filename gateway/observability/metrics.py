@@ -107,6 +107,16 @@ class _ScrapeTime(Collector):
         return in_flight, errors
 
 
+class _Nested(Collector):
+    """A registry's families as one collector of another registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+
 def store_redis_errors(store: object) -> Callable[[], int]:
     """The count a `RedisStore` keeps in `redis_errors`; a `MemoryStore` has none (always 0)."""
     return lambda: int(getattr(store, "redis_errors", 0))
@@ -117,7 +127,10 @@ class Metrics:
 
     def __init__(self, catalogue: Catalogue, in_flight: Callable[[str], int],
                  redis_errors: Callable[[], int]) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        # Two registries: `_rest` holds prometheus-client's own families, which `generate_latest` renders;
+        # `registry` holds every family (the lock-free ones and `_rest`), for a reader that collects.
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self._rest = CollectorRegistry(auto_describe=True)
         by_endpoint = list(ENDPOINT_LABELS)
         # What every request records (attempts, route selection, client requests): lock-free families
         # (loop_metrics.py). The rest are rarer and stay prometheus-client's own.
@@ -144,9 +157,11 @@ class Metrics:
         self._route = LoopFamily("ultraroute_route_selection_seconds", "Time to plan one request (select stage).",
                                  [], buckets=ROUTE_BUCKETS)
         self._route_all = self._route.histogram()
-        for family in (self._requests, self._ttft, self._ttfat, self._decode, self._duration, self._tokens,
-                       self._cost, self._client_requests, self._route):
-            r.register(family)
+        self._loop_families = (self._requests, self._ttft, self._ttfat, self._decode, self._duration, self._tokens,
+                               self._cost, self._client_requests, self._route)
+        for family in self._loop_families:
+            self.registry.register(family)
+        self.registry.register(_Nested(r))
         self._fallbacks = Counter("ultraroute_fallbacks", "Requests served by another endpoint than the first "
                                   "planned, by the first reason.", ["from_tier", "to_tier", "reason"], registry=r)
         self._retries = Counter("ultraroute_retries", "Second tries at the same endpoint.",
@@ -304,8 +319,9 @@ class Metrics:
 
     # -- exposition -----------------------------------------------------------------------------
     def exposition(self) -> bytes:
-        """The text `GET /metrics` returns (`CONTENT_TYPE`)."""
-        return generate_latest(self.registry)
+        """The text `GET /metrics` returns (`CONTENT_TYPE`): the lock-free families render themselves
+        (loop_metrics.py: most of the lines, at a tenth of generate_latest's cost), then the rest."""
+        return "".join(family.render() for family in self._loop_families).encode() + generate_latest(self._rest)
 
 
 def count_fallback(metrics: Metrics, plan: Plan, served: Served) -> None:

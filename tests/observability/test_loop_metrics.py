@@ -48,3 +48,33 @@ def test_a_counter_renders_as_a_total_and_nan_is_not_observed() -> None:
 def test_labels_must_match_the_family() -> None:
     with pytest.raises(ValueError, match="expected labels"):
         LoopFamily("t_requests", "doc", ["status"]).counter("ok", "extra")
+
+
+def test_render_writes_what_generate_latest_writes() -> None:
+    """Byte for byte: label names sorting before and after `le`, a value needing escapes, counts past
+    Go's switch to exponents, a counter and a histogram without labels."""
+    registry = CollectorRegistry()
+    histogram = LoopFamily("t_seconds", 'doc with \\ and\nnewline', ["model", "endpoint", "tier"], buckets=BOUNDS)
+    counter = LoopFamily("t_requests", "doc", ["status", "api"])
+    bare = LoopFamily("t_lag", "doc", [], buckets=BOUNDS)
+    for family in (histogram, counter, bare):
+        registry.register(family)
+    histogram.histogram('m "quoted"', "a\\b", "fast\nx").observe(0.2)
+    for value in (0.05, 0.3, 7.0):
+        histogram.histogram("m", "e", "standard").observe(value)
+    counter.counter("ok", "chat").inc(12_345_678)
+    counter.counter("error", "messages").inc(0.5)
+    bare.histogram().observe(1.0)
+    assert "".join(f.render() for f in (histogram, counter, bare)) == generate_latest(registry).decode()
+    assert 't_seconds_bucket{endpoint="e",le="1.0",model="m",tier="standard"} 2.0' in histogram.render()
+
+
+def test_render_follows_children_made_after_the_first_scrape() -> None:
+    registry = CollectorRegistry()
+    family = LoopFamily("t_seconds", "doc", ["endpoint"], buckets=BOUNDS)
+    registry.register(family)
+    family.histogram("a").observe(0.1)
+    family.render()
+    family.histogram("b").observe(2.0)
+    family.histogram("a").observe(0.5)
+    assert family.render() == generate_latest(registry).decode()

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import Catalogue, Endpoint, build_catalogue, parse_catalogue
@@ -176,6 +176,24 @@ def test_the_recorder_feeds_the_metrics(catalogue: Catalogue) -> None:
     assert value(metrics, "ultraroute_ttft_seconds_sum", **labels) == pytest.approx(0.2, abs=0.02)
     assert value(metrics, "ultraroute_tokens_total", **labels, kind="output") == 3
     assert value(metrics, "ultraroute_endpoint_in_flight", **labels) == 0
+
+
+def test_exposition_is_every_family_as_prometheus_client_renders_them(catalogue: Catalogue) -> None:
+    """`exposition()` renders the lock-free families itself: the same text as `generate_latest`
+    over the registry that holds every family."""
+    metrics = Metrics(catalogue, lambda key: 3, lambda: 1)
+    fast = endpoint(catalogue, "fw/fast")
+    metrics.attempt(fast, sample(fast.key))
+    metrics.attempt(fast, sample(fast.key, Outcome.TIMEOUT, ttft_s=None, decode_tps=None))
+    metrics.fallback("fast", "standard", "timeout")
+    metrics.client_request("messages", 200)
+    metrics.route_selection(2e-5)
+    metrics.event_loop_lag(0.003)
+    text = metrics.exposition().decode()
+    assert text == generate_latest(metrics.registry).decode()
+    assert 'ultraroute_requests_total{endpoint="fw/fast",model="m",provider="fw",status="timeout",tier="fast"} 1.0' \
+        in text.splitlines()
+    assert 'ultraroute_endpoint_in_flight{endpoint="gq/std",model="m",tier="standard"} 3.0' in text.splitlines()
 
 
 def test_exposition_is_bounded_and_private_to_the_app(catalogue: Catalogue) -> None:
