@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 
 from gateway.access.keys import ApiKey, Period, period_id
+from gateway.access.ledger_wire import SYNC_SCRIPT, lines, read_rates, spend_lines
 from gateway.access.sliding import SLOTS, SlidingMinute
 from gateway.background import Outage, cancel_and_wait
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
@@ -167,7 +168,7 @@ class Ledger:
                 self.outage.failed(exc)
 
     async def sync(self, now: float | None = None) -> None:
-        """Add pending counts to Redis and read back every replica's totals (two round trips).
+        """Add pending counts to Redis and read back every replica's totals (one round trip: ledger_wire.py).
         `now`: the clock's time (a test's own clock)."""
         now = time.time() if now is None else now
         self._forget_old(now)
@@ -176,29 +177,17 @@ class Ledger:
             return
         pending, self._pending = self._pending, {}
         rates, self._rate_pending = self._rate_pending, {}
-        active = f"{self.prefix}:active"
+        minute = int(now // 60)
+        recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
+        rate_rows = [(self._rate_name(kind, key_id, second // 60), second, amount)
+                     for (kind, key_id), seconds in rates.items() for second, amount in seconds.items()]
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for name, amount in pending.items():
-                    pipe.incrbyfloat(name, amount)
-                    pipe.expire(name, self._ttl.get(name, _RATE_TTL_S))
-                for (kind, key_id), seconds in rates.items():
-                    names = set()
-                    for second, amount in seconds.items():
-                        name = self._rate_name(kind, key_id, second // 60)
-                        pipe.hincrbyfloat(name, str(second), amount)
-                        names.add(name)
-                    for name in names:
-                        pipe.expire(name, _RATE_TTL_S)
-                recent = {k: t for k, t in self._recent.items() if t > now - ACTIVE_S}
-                if recent:
-                    pipe.zadd(active, recent)
-                pipe.zremrangebyscore(active, "-inf", now - ACTIVE_S)
-                pipe.zrange(active, 0, -1)
-                replies = await pipe.execute()
-            spend_totals = replies[0:2 * len(pending):2]
             names = [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
-            counts, values = await self._read_back([key_id.decode() for key_id in replies[-1]], names, now)
+            spend_totals, ids, rate_texts, values = await self._redis.eval(
+                SYNC_SCRIPT, 1, f"{self.prefix}:active", spend_lines(pending, self._ttl, _RATE_TTL_S),
+                lines(rate_rows), _RATE_TTL_S, lines(recent.items()), now - ACTIVE_S, self.prefix,
+                minute - 1, minute, "".join(f"{name}\n" for name in names))
+            counts = read_rates(ids, rate_texts, int(now) - SLOTS)
         except BaseException:
             for name, amount in pending.items():  # counted again at the next sync
                 self._pending[name] = self._pending.get(name, 0.0) + amount
@@ -217,31 +206,6 @@ class Ledger:
         for name, total in zip(pending, spend_totals, strict=True):
             shared.setdefault(name, float(total))
         self._shared = shared
-
-    async def _read_back(self, key_ids: list[str], spend_names: list[str],
-                         now: float) -> tuple[dict[tuple[str, str], SlidingMinute], list[bytes | None]]:
-        """Every replica's one-second buckets of the last 60 s, for `key_ids`, and the values of
-        `spend_names` (one round trip)."""
-        assert self._redis is not None
-        minute, oldest = int(now // 60), int(now) - SLOTS
-        rates = [(kind, key_id) for key_id in key_ids for kind in ("req", "tok")]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for kind, key_id in rates:
-                for m in (minute - 1, minute):
-                    pipe.hgetall(self._rate_name(kind, key_id, m))
-            for name in spend_names:  # GETs, not an MGET: a cluster pipeline refuses multi-key commands
-                pipe.get(name)
-            replies = await pipe.execute()
-        counts: dict[tuple[str, str], SlidingMinute] = {}
-        for i, rate in enumerate(rates):
-            buckets = {**replies[2 * i], **replies[2 * i + 1]}
-            if not buckets:
-                continue
-            sliding = counts[rate] = SlidingMinute()
-            for second, amount in sorted((int(s), float(a)) for s, a in buckets.items()):
-                if second > oldest:
-                    sliding.add(second, amount)
-        return counts, replies[2 * len(rates):]
 
     async def _adopt_legacy_spend(self, names: list[str], values: list[bytes | None]) -> list[bytes | float | None]:
         """Spend an earlier version counted under `<prefix>:use:usd:...` (no hash tag) moves to the new

@@ -79,6 +79,43 @@ async def test_replicas_share_counts_through_redis(redis_url: str) -> None:
         await b.stop()
 
 
+async def test_a_sync_is_one_round_trip_and_reads_both_minutes(redis_url: str) -> None:
+    """One command a sync (ledger_wire.SYNC_SCRIPT: writes and read-back together), for a key whose
+    counts straddle a minute boundary, and the spend of a key without a budget (its new total)."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    budgeted, _ = new_key(KeySpec(name="a", budget_usd=1))
+    plain, _ = new_key(KeySpec(name="b"))
+    a = Ledger(redis_url, prefix, budgeted=lambda: (budgeted,))
+    b = Ledger(redis_url, prefix, budgeted=lambda: (budgeted,))
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, client: object) -> None:
+            self.client = client
+
+        def __getattr__(self, name: str) -> object:
+            calls.append(name)
+            return getattr(self.client, name)
+
+    try:
+        minute_end = (time.time() // 60 + 1) * 60
+        await a.sync(now=minute_end + 1)  # looks once for spend counted before hash tags (a GETDEL)
+        a.count(budgeted.id, minute_end - 2, requests=2, tokens=10)  # the last minute's hash
+        a.count(budgeted.id, minute_end + 1, requests=3)  # this minute's
+        a.charge(plain, 0.25, minute_end + 1)
+        a._redis = Counting(a._redis)  # type: ignore[assignment]
+        await a.sync(now=minute_end + 1)
+        assert calls == ["eval"]
+        assert a.spend(plain, minute_end + 1) == 0.25  # read back from its INCRBYFLOAT
+        await b.sync(now=minute_end + 1)
+        assert b.estimate("req", budgeted.id, minute_end + 1) == 5
+        assert b.estimate("tok", budgeted.id, minute_end + 1) == 10
+        assert b.estimate("req", budgeted.id, minute_end + 59) == 3  # the first two have left the window
+    finally:
+        await a.stop()
+        await b.stop()
+
+
 async def test_redis_down_keeps_counts_locally() -> None:
     ledger = Ledger("redis://127.0.0.1:1/0", "t")
     key, _ = new_key(KeySpec(name="a"))
