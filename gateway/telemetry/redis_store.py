@@ -238,7 +238,10 @@ class RedisStore(StoreBase):
                 if now >= next_flush:
                     more = await self._flush()
                     next_flush = now + (0.01 if more else self.flush_interval_s)
-                if now >= next_refresh:
+                # A refresh due before the next flush runs in this wakeup, right after the flush: one
+                # wakeup a round. (Apart -- a start-up backlog's 10 ms steps put them out of step for good
+                # -- the two woke the loop four times a second, each wakeup a few hundred µs of CPU.)
+                if now >= next_refresh or next_refresh < next_flush:
                     more = await self._refresh()
                     next_refresh = now + (0.01 if more else self.refresh_interval_s)
                     if not more:

@@ -388,3 +388,36 @@ async def test_a_view_read_in_its_second_half_is_rebuilt_by_the_timer(
     clock.advance(0.02)  # the first view would have expired now: the one the timer made is served
     rebuilt = store.stats("m/x", 300)
     assert rebuilt is not first and rebuilt.requests == 2
+
+
+async def test_a_refresh_shares_the_flush_s_wakeup_after_a_backlog(redis_url: str, key_prefix: str, stores) -> None:
+    """Refreshes that a start-up backlog put out of step (10 ms apart, then every interval from
+    there: ~0.1 s after each flush here) fall back in step with the flushes: one wakeup a round, the
+    refresh started as the flush ends (no wait between them: the loop is not given back)."""
+    loop = asyncio.get_running_loop()
+    flushed: list[float] = []  # when each flush ended
+    refreshed: list[float] = []
+    backlog = iter([True] * 10)  # the first ten refreshes say "more to read"
+
+    class Recording(RedisStore):
+        async def _flush(self, final: bool = False) -> bool:
+            try:
+                return await super()._flush(final)
+            finally:
+                flushed.append(loop.time())
+
+        async def _refresh(self) -> bool:
+            refreshed.append(loop.time())
+            more = await super()._refresh()
+            return next(backlog, more)
+
+    store = Recording(redis_url, replica_id="A", key_prefix=key_prefix, **FAST)
+    await store.start()
+    try:
+        await eventually(lambda: len(flushed) >= 8, timeout=5.0)
+    finally:
+        await store.stop()
+    later = [t for t in refreshed if t > flushed[2]]
+    assert len(later) >= 4
+    for t in later:  # each as a flush of the same wakeup ends (out of step, 0.1 s after one)
+        assert min(t - f for f in flushed if f <= t) < 0.05, (t, flushed)
