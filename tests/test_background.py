@@ -1,4 +1,4 @@
-"""An outage is logged once when it starts and once when it ends; every failure is counted."""
+"""`gateway.background`: outages logged once at each end, failures counted, tasks stopped, ticks on one grid."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from gateway import background
-from gateway.background import Outage, cancel_and_wait
+from gateway.background import Outage, cancel_and_wait, next_tick
 
 
 def test_logged_once_per_outage_and_counted(caplog: pytest.LogCaptureFixture) -> None:
@@ -100,3 +100,24 @@ async def test_an_error_the_task_ended_with_is_raised() -> None:
     await asyncio.sleep(0)
     with pytest.raises(ValueError, match="boom"):
         await cancel_and_wait(task)
+
+
+def test_ticks_of_nested_intervals_fall_on_one_grid() -> None:
+    """Usage and health (0.25 s), telemetry (0.5 s) and keys (1 s) wake on shared points: every
+    0.5 s and 1 s tick is a 0.25 s tick, whatever the time each round ended."""
+    point = next_tick(0.0, 0.25)
+    for interval in (0.25, 0.5, 1.0):
+        for t in range(0, 1000, 7):
+            quarters = (next_tick(t / 100, interval) - point) / 0.25
+            assert quarters == pytest.approx(round(quarters), abs=1e-6), (interval, t)
+
+
+def test_a_tick_is_half_an_interval_to_one_and_a_half_away() -> None:
+    """A timer that fires a millisecond before its point (uvloop's clock counts whole ms) does not
+    find the same point still ahead and wake again at once; nor does one that fires late."""
+    for t in range(1000):
+        now = 50 + t / 997
+        assert 0.125 <= next_tick(now, 0.25) - now <= 0.375
+    point = next_tick(10.0, 0.25)
+    assert next_tick(point - 0.001, 0.25) == pytest.approx(point + 0.25)
+    assert next_tick(point + 0.002, 0.25) == pytest.approx(point + 0.25)

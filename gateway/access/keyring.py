@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from gateway.access.keys import ApiKey
 from gateway.access.store import KeyStore, KeyStoreError
-from gateway.background import Outage, cancel_and_wait
+from gateway.background import Outage, cancel_and_wait, sleep_to_tick
 
 log = logging.getLogger("ultraroute.access")
 
@@ -110,7 +110,7 @@ class KeyRing:
 
     async def _poll(self) -> None:
         while True:
-            await asyncio.sleep(self.refresh_s)
+            await sleep_to_tick(self.refresh_s)
             try:
                 if await self.store.version() != self._version:
                     await self.reload()

@@ -37,7 +37,7 @@ import orjson
 from gateway.access.keys import ApiKey, Period, period_id
 from gateway.access.ledger_wire import SYNC_SCRIPT, lines, read_rates, spend_lines
 from gateway.access.sliding import SLOTS, SlidingMinute
-from gateway.background import Outage, cancel_and_wait
+from gateway.background import Outage, cancel_and_wait, sleep_to_tick
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
 
 log = logging.getLogger("ultraroute.access")
@@ -160,7 +160,7 @@ class Ledger:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.sync_s)
+            await sleep_to_tick(self.sync_s)
             try:
                 await self.sync()
                 self.outage.ok()

@@ -18,7 +18,7 @@ import time
 
 import orjson
 
-from gateway.background import Outage, cancel_and_wait
+from gateway.background import Outage, cancel_and_wait, sleep_to_tick
 from gateway.config import Endpoint
 from gateway.health.board import HealthBoard
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
@@ -51,7 +51,7 @@ class HealthSharing:
                 self.outage.ok()
             except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
-            await asyncio.sleep(self.interval_s)
+            await sleep_to_tick(self.interval_s)
 
     async def sync(self) -> None:
         """Write this replica's changes (one pipelined round trip, when there are any), read everyone's

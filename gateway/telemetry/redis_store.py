@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.background import next_tick
 from gateway.redisconn import REDIS_FAILURES, AnyRedis, connect, ensure_connected
 from gateway.telemetry.bucket import Bucket
 from gateway.telemetry.redis_view import RemoteView
@@ -237,13 +238,13 @@ class RedisStore(StoreBase):
                 now = loop.time()
                 if now >= next_flush:
                     more = await self._flush()
-                    next_flush = now + (0.01 if more else self.flush_interval_s)
+                    next_flush = now + 0.01 if more else next_tick(now, self.flush_interval_s)
                 # A refresh due before the next flush runs in this wakeup, right after the flush: one
                 # wakeup a round. (Apart -- a start-up backlog's 10 ms steps put them out of step for good
                 # -- the two woke the loop four times a second, each wakeup a few hundred µs of CPU.)
                 if now >= next_refresh or next_refresh < next_flush:
                     more = await self._refresh()
-                    next_refresh = now + (0.01 if more else self.refresh_interval_s)
+                    next_refresh = now + 0.01 if more else next_tick(now, self.refresh_interval_s)
                     if not more:
                         self._view_read.set()
                 self._on_success()
