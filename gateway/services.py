@@ -124,7 +124,8 @@ async def open_services(
     access_log = AccessLog()
     key_store = open_key_store(config.redis_url, gw.redis_key_prefix, config.keys_file)
     keyring = None if config.open_access else KeyRing(key_store, refresh_s=gw.keys_refresh_s)
-    ledger = Ledger(config.redis_url, gw.redis_key_prefix, gw.limits_sync_s,
+    # Open access counts no usage: its ledger shares none (no Redis round trips four times a second).
+    ledger = Ledger(config.redis_url if keyring is not None else None, gw.redis_key_prefix, gw.limits_sync_s,
                     budgeted=lambda: keyring.by_id.values() if keyring is not None else (),
                     spend_file=config.spend_file)
     shaper = Shaper(config.catalogue.providers.values(), config.redis_url, gw.redis_key_prefix, gw.shaper_sync_s)

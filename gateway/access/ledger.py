@@ -166,6 +166,8 @@ class Ledger:
                 self.outage.ok()
             except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
+            except Exception:  # a bug: logged, and the next round tries again (the task must not end)
+                log.exception("usage sharing: sync failed")
 
     async def sync(self, now: float | None = None) -> None:
         """Add pending counts to Redis and read back every replica's totals (one round trip: ledger_wire.py).

@@ -51,6 +51,8 @@ class HealthSharing:
                 self.outage.ok()
             except REDIS_FAILURES as exc:
                 self.outage.failed(exc)
+            except Exception:  # a bug: logged, and the next round tries again (the task must not end)
+                log.exception("health sharing: sync failed")
             await sleep_to_tick(self.interval_s)
 
     async def sync(self) -> None:
