@@ -35,7 +35,7 @@ from pathlib import Path
 import orjson
 
 from gateway.access.keys import ApiKey, Period, period_id
-from gateway.access.ledger_wire import SYNC_SCRIPT, lines, read_rates, spend_lines
+from gateway.access.ledger_wire import SYNC_SCRIPT, lines, read_rates
 from gateway.access.sliding import SLOTS, SlidingMinute
 from gateway.background import Outage, cancel_and_wait, sleep_to_tick
 from gateway.redisconn import REDIS_FAILURES, connect, hash_tag
@@ -186,7 +186,8 @@ class Ledger:
         try:
             names = [self._spend_name(key, now) for key in self.budgeted() if key.budget_usd is not None]
             spend_totals, ids, rate_texts, values = await self._redis.eval(
-                SYNC_SCRIPT, 1, f"{self.prefix}:active", spend_lines(pending, self._ttl, _RATE_TTL_S),
+                SYNC_SCRIPT, 1, f"{self.prefix}:active",
+                lines((name, amount, self._ttl.get(name, _RATE_TTL_S)) for name, amount in pending.items()),
                 lines(rate_rows), _RATE_TTL_S, lines(recent.items()), now - ACTIVE_S, self.prefix,
                 minute - 1, minute, "".join(f"{name}\n" for name in names))
             counts = read_rates(ids, rate_texts, int(now) - SLOTS)

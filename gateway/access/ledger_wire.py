@@ -13,7 +13,7 @@ telemetry store's scripts do: telemetry/redis_wire.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from gateway.access.sliding import SlidingMinute
 
@@ -78,7 +78,3 @@ def read_rates(ids: Sequence[bytes], rates: Sequence[bytes], oldest: int) -> dic
                 if second > oldest:
                     sliding.add(second, amount)
     return counts
-
-
-def spend_lines(pending: Mapping[str, float], ttl: Mapping[str, int], default_ttl: int) -> str:
-    return lines((name, repr(amount), ttl.get(name, default_ttl)) for name, amount in pending.items())
